@@ -1,0 +1,37 @@
+"""Backend registry: names map to classes that are imported only when a cell of theirs runs."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from perfsuite.backends.base import Backend, MemoryStats, StepResult
+
+if TYPE_CHECKING:
+    from perfsuite.cells import Cell
+
+__all__ = ["BACKENDS", "Backend", "MemoryStats", "StepResult", "create", "known_backends"]
+
+# name -> "module:Class". ONNX Runtime names carry the execution provider, as in the cell id.
+BACKENDS: dict[str, str] = {
+    "torch": "perfsuite.backends.torch_backend:TorchBackend",
+    "torch-compile": "perfsuite.backends.torch_backend:TorchBackend",
+    "onnxruntime-cpu": "perfsuite.backends.onnxruntime:OrtBackend",
+    "onnxruntime-cuda": "perfsuite.backends.onnxruntime:OrtBackend",
+    "onnxruntime-rocm": "perfsuite.backends.onnxruntime:OrtBackend",
+    "onnxruntime-migraphx": "perfsuite.backends.onnxruntime:OrtBackend",
+    "onnxruntime-dml": "perfsuite.backends.onnxruntime:OrtBackend",
+    "vllm": "perfsuite.backends.vllm_backend:VllmBackend",
+}
+
+
+def known_backends() -> tuple[str, ...]:
+    return tuple(BACKENDS)
+
+
+def create(cell: Cell) -> Backend:
+    """Instantiate the backend of a cell; raises KeyError for an unknown name (config validation runs first)."""
+    module_name, _, cls_name = BACKENDS[cell.backend].partition(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    backend: Backend = cls(cell)
+    return backend

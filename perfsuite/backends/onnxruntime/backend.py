@@ -1,0 +1,261 @@
+"""ONNX Runtime backend: one class for every execution provider (``onnxruntime-{cpu,cuda,rocm,migraphx,dml}``).
+
+``load()`` takes the decoder-with-past export from the cache (building and verifying it against torch on a miss),
+quantizes it when the cell asks for ``int8-dynamic``, creates the session on the cell's provider, and refuses to
+continue if ORT silently fell back to another provider. Decoding is greedy; on device providers IO binding keeps
+the KV cache (``present.*`` -> next ``past_key_values.*``) and the logits on the device between steps and only the
+chosen token ids come back to the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfsuite import memory
+from perfsuite.backends.base import MemoryStats, StepResult
+from perfsuite.backends.onnxruntime import export as ex
+from perfsuite.backends.onnxruntime import providers as pv
+from perfsuite.cells import Cell
+
+_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+           "all": "ORT_ENABLE_ALL"}
+
+
+VERIFY_MAX_BYTES = 1 << 30  # default: verify exports of checkpoints up to 1 GiB (cell option verify=true forces)
+
+
+class OrtSessionError(RuntimeError):
+    """Session creation failed for a known reason; the message names the fix."""
+
+
+@dataclass
+class _State:
+    past: list[Any]  # numpy arrays (plain run) or OrtValues (IO binding, on the provider's device)
+    past_len: int
+    last: np.ndarray  # [B] int64, the token generated last (host)
+
+
+@contextlib.contextmanager
+def capture_stderr_fd() -> Iterator[list[str]]:
+    """Capture what native code writes to file descriptor 2 (ORT's default log sink) into ``out[0]``."""
+    out: list[str] = [""]
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        import sys
+
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            out[0] = tmp.read().decode("utf-8", "replace")
+
+
+class OrtBackend:
+    def __init__(self, cell: Cell) -> None:
+        self.cell = cell
+        self.name = cell.backend
+        self.sess: Any = None
+        self.cfg: pv.SessionConfig | None = None
+        self.export: ex.ExportResult | None = None
+        self.quantized: ex.ExportResult | None = None
+        self._info: dict[str, Any] = {}
+        self._inputs: list[str] = []
+        self._outputs: list[str] = []
+
+    # ------------------------------------------------------------------------------------------- protocol
+    def availability(self) -> str | None:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            return ("onnxruntime is not installed: pip install onnxruntime (CPU), onnxruntime-gpu, "
+                    "onnxruntime-rocm or onnxruntime-migraphx")
+        if self.cell.backend not in pv.EP_OF_BACKEND:
+            return f"{self.cell.backend!r} is not an onnxruntime backend"
+        reason = pv.availability_reason(self.cell.backend, ort.get_available_providers(), ort.__version__)
+        if reason:
+            return reason
+        if self.cell.dtype not in ex.ORT_DTYPES:
+            return (f"onnxruntime cells run {' and '.join(ex.ORT_DTYPES)}; {self.cell.dtype} is not exported "
+                    "(ORT's CPU/ROCm EPs lack bfloat16 kernels for most ops)")
+        if self.cell.quantization not in ("none", "int8-dynamic"):
+            return f"onnxruntime cells support quantization none or int8-dynamic, not {self.cell.quantization}"
+        if self.cell.tensor_parallel_size != 1:
+            return "onnxruntime cells run on one device; tensor parallelism is a vllm cell"
+        try:
+            import onnx  # noqa: F401
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError as exc:
+            return f"exporting to ONNX needs {exc.name}: pip install onnx torch transformers"
+        return None
+
+    def load(self) -> None:
+        import onnxruntime as ort
+
+        cell = self.cell
+        assert cell.model_dir is not None, "cell.model_dir is filled in by the fixture"
+        options = dict(cell.options)
+        cfg = pv.build_session_config(cell.backend, cell.dtype, options, ort.__version__)
+        self.cfg = cfg
+        spec = ex.ExportSpec(cell.model_dir, ex.model_digest(cell.model_dir), cell.dtype,
+                             int(options.get("opset", ex.DEFAULT_OPSET)),
+                             cell.attn_implementation if cell.attn_implementation in ("sdpa", "eager") else "sdpa")
+        # Parity against torch runs on the CPU: by default only for models small enough to do it in seconds.
+        weights = sum(f.stat().st_size for f in cell.model_dir.glob("*.safetensors"))
+        verify = bool(options.get("verify", weights <= VERIFY_MAX_BYTES))
+        self.export = ex.export(spec, verify=verify)
+        path = self.export.path
+        if cell.quantization == "int8-dynamic":
+            from perfsuite.backends.onnxruntime.quantize import quantize
+
+            self.quantized = quantize(self.export)
+            path = self.quantized.path
+
+        so = self._session_options(ort, cfg)
+        record_api = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
+        use_log = bool(options.get("log_placements", not record_api))
+        log_text = ""
+        try:
+            if use_log:
+                so.log_severity_level = 0
+                so.log_verbosity_level = 0
+                with capture_stderr_fd() as captured:
+                    sess = self._create(ort, path, so, cfg)
+                log_text = captured[0]
+            else:
+                sess = self._create(ort, path, so, cfg)
+        except Exception as exc:
+            msg = pv.explain_session_error(str(exc), cell.backend)
+            if msg:
+                raise OrtSessionError(msg) from exc
+            raise
+        pv.check_providers_in_use(cfg.provider, sess.get_providers())
+        counts: dict[str, int] = {}
+        source = None
+        if record_api:
+            try:
+                counts = pv.count_assignment(sess.get_provider_graph_assignment_info())
+                source = "get_provider_graph_assignment_info"
+            except Exception:  # recording not supported by this build/provider: fall back to the log if any
+                counts = {}
+        if not counts and log_text:
+            counts = pv.parse_node_placements(log_text)
+            source = "verbose_log" if counts else None
+        self.sess = sess
+        self._inputs = [i.name for i in sess.get_inputs()]
+        self._outputs = [o.name for o in sess.get_outputs()]
+        meta = self.export.meta
+        self._info = {
+            "onnxruntime": ort.__version__, "provider": cfg.provider, "providers_requested": cfg.providers,
+            "provider_options": cfg.provider_options, "providers_in_use": sess.get_providers(),
+            "strict": cfg.strict, "graph_optimization_level": cfg.graph_optimization_level,
+            "io_binding": cfg.io_binding, "opset": spec.opset, "exporter_version": spec.exporter_version,
+            "export_cache_hit": self.export.cache_hit, "export_seconds": meta.get("export_seconds"),
+            "load_export_seconds": round(self.export.seconds, 3),
+            "verification": _verification_summary(meta.get("verification")) or "skipped (verify=false or large)",
+            "onnx_model": str(path), "quantization": cell.quantization,
+            "node_counts": counts, "node_count_source": source,
+            **(pv.cpu_node_summary(counts) if counts else {"cpu_node_count": None, "total_node_count": None}),
+        }
+        if self.quantized is not None:
+            self._info.update(int8_top1_agreement=self.quantized.meta.get("int8_top1_agreement"),
+                              quantize_cache_hit=self.quantized.cache_hit,
+                              quantize_seconds=self.quantized.meta.get("quantize_seconds"))
+
+    def prefill(self, prompts: list[list[int]]) -> StepResult:
+        ids = np.asarray(prompts, dtype=np.int64)
+        assert self.export is not None
+        past = ex.empty_past(self.export.meta, ids.shape[0])
+        return self._step(ids, 0, past)
+
+    def decode(self, state: _State) -> StepResult:
+        return self._step(state.last.reshape(-1, 1), state.past_len, state.past)
+
+    def release(self, state: Any) -> None:
+        del state
+
+    def reset_peak_memory(self) -> None:
+        memory.reset_peak_rss()
+
+    def memory_stats(self) -> MemoryStats:
+        # ORT's Python API exposes no device-arena statistics; device cells report host RSS only.
+        return MemoryStats(peak_rss_bytes=memory.peak_rss_bytes())
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)
+
+    def close(self) -> None:
+        self.sess = None
+        import gc
+
+        gc.collect()
+
+    # ------------------------------------------------------------------------------------------- internals
+    @staticmethod
+    def _session_options(ort: Any, cfg: pv.SessionConfig) -> Any:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[cfg.graph_optimization_level])
+        so.log_severity_level = 3
+        for k, v in cfg.config_entries.items():
+            so.add_session_config_entry(k, v)
+        for k, v in cfg.session_attrs.items():
+            if k == "execution_mode":
+                so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL if v == "sequential" else (
+                    ort.ExecutionMode.ORT_PARALLEL)
+            else:
+                setattr(so, k, v)
+        return so
+
+    @staticmethod
+    def _create(ort: Any, path: Any, so: Any, cfg: pv.SessionConfig) -> Any:
+        return ort.InferenceSession(str(path), so, providers=cfg.providers, provider_options=cfg.provider_options)
+
+    def _step(self, ids: np.ndarray, past_len: int, past: list[Any]) -> StepResult:
+        assert self.sess is not None and self.cfg is not None, "load() first"
+        feeds = ex.step_feeds(self._inputs, ids, past_len, [])
+        past_names = self._inputs[3:]
+        presents = self._outputs[2:]
+        if self.cfg.io_binding:
+            import onnxruntime as ort
+
+            b = self.sess.io_binding()
+            for name, value in feeds.items():
+                b.bind_cpu_input(name, value)
+            for name, value in zip(past_names, past, strict=True):
+                if isinstance(value, ort.OrtValue):
+                    b.bind_ortvalue_input(name, value)
+                else:
+                    b.bind_cpu_input(name, value)
+            b.bind_output("next_token", "cpu")
+            b.bind_output("logits", self.cfg.io_device, self.cfg.device_id)
+            for name in presents:
+                b.bind_output(name, self.cfg.io_device, self.cfg.device_id)
+            self.sess.run_with_iobinding(b)
+            outs = b.get_outputs()
+            nxt = outs[0].numpy()
+            new_past = list(outs[2:])
+        else:
+            feeds.update(zip(past_names, past, strict=True))
+            outs = self.sess.run(["next_token", *presents], feeds)
+            nxt, new_past = outs[0], outs[1:]
+        tokens = [int(t) for t in nxt.tolist()]
+        return StepResult(tokens, _State(new_past, past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64)))
+
+
+def _verification_summary(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not v:
+        return None
+    worst = max((c["max_abs_diff"] / c["atol"] for c in v.get("cases", []) if c["atol"]), default=None)
+    return {"ok": v.get("ok"), "shapes": len(v.get("cases", [])), "worst_diff_over_tol": worst,
+            "seconds": v.get("seconds")}

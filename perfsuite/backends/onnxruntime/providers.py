@@ -1,0 +1,287 @@
+"""Execution providers: which EP a backend name means, its options, and how to tell whether it really ran.
+
+Everything here is a pure function of a cell / an ORT version / captured ORT output, so it is unit-tested
+without the provider's hardware. Option names are the ones ORT's provider-option parsers accept (the Python
+``provider_options`` dict), not the C struct field names (``OrtMIGraphXProviderOptions`` differs):
+
+* MIGraphX, ORT >= 1.20: ``device_id``, ``migraphx_fp16_enable``, ``migraphx_int8_enable``,
+  ``migraphx_exhaustive_tune``, ``migraphx_mem_limit``, ``migraphx_arena_extend_strategy``,
+  ``migraphx_model_cache_dir`` (onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h).
+  Older ORT (< 1.20) spelled them ``trt_fp16_enable``, ``migx_int8_enable``, ``migx_exhaustive_tune``.
+* ROCm (onnxruntime-rocm <= 1.22, later ORT removed the EP): ``device_id``, ``tunable_op_enable``,
+  ``tunable_op_tuning_enable``, ``gpu_mem_limit``, ``arena_extend_strategy``, ``enable_hip_graph``.
+* CUDA: ``device_id``, ``gpu_mem_limit``, ``arena_extend_strategy``, ``cudnn_conv_algo_search``,
+  ``enable_cuda_graph``, ``use_tf32``.
+* DirectML: ``device_id``; DML needs ``enable_mem_pattern = False`` and sequential execution.
+
+An unknown option name makes ORT refuse the session (it never silently ignores one), so a wrong name here
+fails a cell loudly rather than measuring something else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+CPU_EP = "CPUExecutionProvider"
+
+# backend name -> (execution provider, device type for IO binding, pip package that brings the EP)
+EP_OF_BACKEND: dict[str, tuple[str, str, str]] = {
+    "onnxruntime-cpu": (CPU_EP, "cpu", "onnxruntime"),
+    "onnxruntime-cuda": ("CUDAExecutionProvider", "cuda", "onnxruntime-gpu on an NVIDIA runner"),
+    "onnxruntime-rocm": ("ROCMExecutionProvider", "cuda",
+                         "onnxruntime-rocm (<= 1.22; later ORT removed the ROCm EP) on the ROCm runner"),
+    "onnxruntime-migraphx": ("MIGraphXExecutionProvider", "cuda", "onnxruntime-migraphx on the ROCm runner"),
+    "onnxruntime-dml": ("DmlExecutionProvider", "dml", "onnxruntime-directml on a Windows runner"),
+}
+
+OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
+
+# Cell options this backend understands ([tool.perfsuite.backend_options.onnxruntime-*]).
+KNOWN_OPTIONS = frozenset({
+    "strict", "graph_optimization_level", "io_binding", "iobinding_device", "device_id", "threads",
+    "inter_op_threads", "opset", "verify", "fp16", "int8", "exhaustive_tune", "offload_copy", "mem_limit",
+    "arena_extend_strategy", "model_cache_dir", "tunable_op", "tunable_op_tuning", "enable_graph",
+    "cudnn_conv_algo_search", "use_tf32", "provider_options", "log_placements", "allow_spinning",
+})
+
+
+class ProviderConfigError(ValueError):
+    """A cell option that cannot be mapped onto the provider; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Everything needed to create an ``InferenceSession`` for a cell, as plain data."""
+
+    provider: str  # the requested (primary) execution provider
+    providers: list[str]
+    provider_options: list[dict[str, str]]
+    config_entries: dict[str, str]  # SessionOptions.add_session_config_entry
+    graph_optimization_level: str  # one of OPT_LEVELS
+    strict: bool
+    io_binding: bool
+    io_device: str  # OrtValue device type for IO binding ("cpu", "cuda", "dml")
+    device_id: int
+    session_attrs: dict[str, Any] = field(default_factory=dict)  # SessionOptions attributes to set
+
+    @property
+    def is_device(self) -> bool:
+        return self.provider != CPU_EP
+
+
+def _version_tuple(version: str) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _flag(value: Any) -> str:
+    return "1" if bool(value) and str(value).lower() not in ("0", "false", "no", "off") else "0"
+
+
+def ep_of(backend: str) -> str:
+    try:
+        return EP_OF_BACKEND[backend][0]
+    except KeyError:
+        raise ProviderConfigError(f"{backend!r} is not an onnxruntime backend; use one of "
+                                  f"{', '.join(EP_OF_BACKEND)}") from None
+
+
+def migraphx_option_names(ort_version: str) -> dict[str, str]:
+    """Logical name -> the provider-option key this ORT version's MIGraphX EP parses."""
+    if _version_tuple(ort_version) >= (1, 20):
+        return {"fp16": "migraphx_fp16_enable", "int8": "migraphx_int8_enable",
+                "exhaustive_tune": "migraphx_exhaustive_tune", "mem_limit": "migraphx_mem_limit",
+                "arena_extend_strategy": "migraphx_arena_extend_strategy",
+                "model_cache_dir": "migraphx_model_cache_dir"}
+    return {"fp16": "trt_fp16_enable", "int8": "migx_int8_enable", "exhaustive_tune": "migx_exhaustive_tune",
+            "mem_limit": "migx_mem_limit", "arena_extend_strategy": "migx_arena_extend_strategy"}
+
+
+def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_version: str) -> SessionConfig:
+    """Map a cell (backend name, dtype, backend options) to providers, provider options and session settings."""
+    unknown = sorted(set(options) - KNOWN_OPTIONS)
+    if unknown:
+        raise ProviderConfigError(f"unknown onnxruntime backend option(s) {unknown}; known: "
+                                  f"{', '.join(sorted(KNOWN_OPTIONS))}")
+    ep, io_device, _ = EP_OF_BACKEND.get(backend, (None, None, None))
+    if ep is None:
+        ep_of(backend)  # raises
+    assert ep is not None and io_device is not None
+    is_device = ep != CPU_EP
+    level = str(options.get("graph_optimization_level", "all")).lower()
+    if level not in OPT_LEVELS:
+        raise ProviderConfigError(f"graph_optimization_level={level!r}: use one of {', '.join(OPT_LEVELS)}")
+    device_id = int(options.get("device_id", 0))
+    strict = bool(options.get("strict", is_device))
+    if strict and not is_device:
+        raise ProviderConfigError(
+            "strict=true on onnxruntime-cpu cannot work: ORT rejects disabling the CPU EP fallback while the CPU "
+            "EP is the requested provider; remove `strict` from [tool.perfsuite.backend_options.onnxruntime-cpu]")
+    po: dict[str, str] = {}
+    entries: dict[str, str] = {}
+    attrs: dict[str, Any] = {}
+    if ep == "MIGraphXExecutionProvider":
+        names = migraphx_option_names(ort_version)
+        po["device_id"] = str(device_id)
+        fp16 = options.get("fp16", dtype == "float16")
+        po[names["fp16"]] = _flag(fp16)
+        po[names["int8"]] = _flag(options.get("int8", False))
+        po[names["exhaustive_tune"]] = _flag(options.get("exhaustive_tune", False))
+        for key in ("mem_limit", "arena_extend_strategy", "model_cache_dir"):
+            if key in options:
+                if key not in names:
+                    raise ProviderConfigError(f"MIGraphX option {key!r} needs onnxruntime >= 1.20 "
+                                              f"(installed {ort_version})")
+                po[names[key]] = str(options[key])
+        if "offload_copy" in options:
+            # MIGraphX's offload_copy is a compile flag the EP sets itself (ORT owns the host<->device copies,
+            # IO binding keeps tensors on the device); no ORT version exposes it as a provider option.
+            if bool(options["offload_copy"]):
+                raise ProviderConfigError(
+                    "offload_copy=true: ORT's MIGraphX EP has no such provider option (the EP compiles with "
+                    "offload_copy off and does the copies itself); use io_binding=false to measure host-side "
+                    "inputs/outputs instead")
+    elif ep == "ROCMExecutionProvider":
+        po["device_id"] = str(device_id)
+        po["tunable_op_enable"] = _flag(options.get("tunable_op", False))
+        po["tunable_op_tuning_enable"] = _flag(options.get("tunable_op_tuning", False))
+        if "mem_limit" in options:
+            po["gpu_mem_limit"] = str(int(options["mem_limit"]))
+        if "arena_extend_strategy" in options:
+            po["arena_extend_strategy"] = str(options["arena_extend_strategy"])
+        if options.get("enable_graph"):
+            po["enable_hip_graph"] = "1"
+    elif ep == "CUDAExecutionProvider":
+        po["device_id"] = str(device_id)
+        if "mem_limit" in options:
+            po["gpu_mem_limit"] = str(int(options["mem_limit"]))
+        if "arena_extend_strategy" in options:
+            po["arena_extend_strategy"] = str(options["arena_extend_strategy"])
+        if "cudnn_conv_algo_search" in options:
+            po["cudnn_conv_algo_search"] = str(options["cudnn_conv_algo_search"])
+        if "use_tf32" in options:
+            po["use_tf32"] = _flag(options["use_tf32"])
+        if options.get("enable_graph"):
+            po["enable_cuda_graph"] = "1"
+    elif ep == "DmlExecutionProvider":
+        po["device_id"] = str(device_id)
+        attrs["enable_mem_pattern"] = False  # DirectML requires both
+        attrs["execution_mode"] = "sequential"
+    if isinstance(options.get("provider_options"), dict):  # escape hatch: raw provider options, verbatim
+        po.update({str(k): str(v) for k, v in options["provider_options"].items()})
+    if "threads" in options:
+        attrs["intra_op_num_threads"] = int(options["threads"])
+    if "inter_op_threads" in options:
+        attrs["inter_op_num_threads"] = int(options["inter_op_threads"])
+
+    providers = [ep]
+    provider_options = [po]
+    if strict:
+        entries[DISABLE_CPU_FALLBACK] = "1"
+    elif is_device:
+        providers.append(CPU_EP)
+        provider_options.append({})
+    entries[RECORD_ASSIGNMENT] = "1"
+    if "allow_spinning" in options:  # ORT's intra-op pool spin-waits after each run by default (steals CPU)
+        entries["session.intra_op.allow_spinning"] = _flag(options["allow_spinning"])
+    io_binding = bool(options.get("io_binding", is_device))
+    return SessionConfig(provider=ep, providers=providers, provider_options=provider_options,
+                         config_entries=entries, graph_optimization_level=level, strict=strict,
+                         io_binding=io_binding, io_device=str(options.get("iobinding_device", io_device)),
+                         device_id=device_id, session_attrs=attrs)
+
+
+def short_ep(name: str) -> str:
+    return name.removesuffix("ExecutionProvider")
+
+
+def availability_reason(backend: str, available: Iterable[str], ort_version: str) -> str | None:
+    """``None`` if the installed ORT offers the backend's EP, else a reason naming the package to install."""
+    ep, _, package = EP_OF_BACKEND[backend]
+    available = list(available)
+    if ep in available:
+        return None
+    names = ", ".join(short_ep(p) for p in available) or "none"
+    hint = f"install {package}"
+    if ep == "ROCMExecutionProvider" and _version_tuple(ort_version) >= (1, 23):
+        hint += " (or use onnxruntime-migraphx cells)"
+    return f"onnxruntime {ort_version} has no {ep} (available: {names}); {hint}"
+
+
+class ProviderFallbackError(RuntimeError):
+    """The session does not run on the requested provider (ORT fell back); never measured as that provider."""
+
+
+def check_providers_in_use(requested: str, in_use: list[str]) -> None:
+    """Raise if ORT dropped the requested provider (its Python-level fallback re-creates a CPU-only session)."""
+    if not in_use or in_use[0] != requested:
+        raise ProviderFallbackError(
+            f"onnxruntime fell back: requested {requested} but the session runs on {in_use or 'nothing'}; "
+            "the provider failed to initialise (check the driver/runtime libraries, e.g. with "
+            "`python -c \"import onnxruntime as o; o.InferenceSession(path, providers=[...])\"` at log level 0)")
+
+
+_CONFLICT = re.compile(r"Conflicting session configuration.*disabled fallback to the CPU EP", re.S)
+
+
+def explain_session_error(message: str, backend: str) -> str | None:
+    """A clear message for known session-creation failures, or ``None`` if the error is not recognised."""
+    if _CONFLICT.search(message):
+        return (f"{backend}: ORT refuses session.disable_cpu_ep_fallback=1 together with CPUExecutionProvider "
+                f"in the provider list ({message.strip()}). Fix: strict mode must not list the CPU EP (perfsuite "
+                f"does that itself); on onnxruntime-cpu drop `strict`, or set strict=false for {backend} in "
+                f"[tool.perfsuite.backend_options.{backend}] to allow CPU nodes")
+    if "fallback to the CPU EP has been explicitly disabled" in message or (
+            "assigned to the default CPU EP" in message):
+        return (f"{backend}: some graph nodes are not supported by the requested provider and strict mode forbids "
+                f"running them on the CPU ({message.strip()}). Fix: set strict=false in "
+                f"[tool.perfsuite.backend_options.{backend}] to measure with CPU nodes (counted in "
+                f"backend_info.cpu_node_count)")
+    return None
+
+
+def count_assignment(subgraphs: Iterable[Any]) -> dict[str, int]:
+    """Nodes per EP from ``InferenceSession.get_provider_graph_assignment_info()`` (ORT >= 1.32) or its JSON
+    dump: a sequence of objects / dicts with ``ep_name`` and ``get_nodes()`` / ``nodes``."""
+    counts: Counter[str] = Counter()
+    for sub in subgraphs:
+        if isinstance(sub, dict):
+            ep, nodes = sub["ep_name"], sub["nodes"]
+        else:
+            ep, nodes = sub.ep_name, sub.get_nodes()
+        counts[ep] += len(nodes)
+    return dict(counts)
+
+
+def assignment_to_json(subgraphs: Iterable[Any]) -> list[dict[str, Any]]:
+    return [{"ep_name": s.ep_name, "nodes": [{"name": n.name, "op_type": n.op_type, "domain": n.domain}
+                                             for n in s.get_nodes()]} for s in subgraphs]
+
+
+_PLACED = re.compile(r"(?:Node\(s\)|All nodes) placed on \[(\w+)\]\.\s*Number of nodes:\s*(\d+)")
+
+
+def parse_node_placements(log_text: str) -> dict[str, int]:
+    """Nodes per EP from ORT's verbose session log (``VerifyEachNodeIsAssignedToAnEp``): either one line
+    ``All nodes placed on [EP]. Number of nodes: N`` or one ``Node(s) placed on [EP]. Number of nodes: N`` per
+    EP. Empty dict if the log holds no placement report."""
+    counts: dict[str, int] = {}
+    for m in _PLACED.finditer(log_text):
+        counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def cpu_node_summary(counts: dict[str, int]) -> dict[str, int]:
+    return {"cpu_node_count": int(counts.get(CPU_EP, 0)), "total_node_count": int(sum(counts.values()))}
+
+
+def dumps_assignment(subgraphs: Iterable[Any]) -> str:
+    return json.dumps(assignment_to_json(subgraphs))

@@ -1,0 +1,100 @@
+"""Dynamic int8 quantization (``onnxruntime.quantization.quantize_dynamic``), cached like the export.
+
+The quantized entry sits next to the float one (``<float key>-int8dyn-q<QUANT_VERSION>-ort<version>``) and its
+marker records the top-1 (greedy) token agreement with the float ONNX model on teacher-forced steps. Agreement is
+recorded, not demanded: int8 weights legitimately change near-tied argmaxes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfsuite.backends.onnxruntime import export as ex
+
+QUANT_VERSION = 1
+AGREEMENT_CASES: tuple[tuple[int, int, int], ...] = ((2, 16, 8),)  # (batch, prompt, decode steps)
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """quantize_dynamic logs "Please consider to run pre-processing" on the root logger; not for us."""
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(old)
+
+
+def quantized_dir(float_entry: Path) -> Path:
+    import onnxruntime as ort
+
+    return float_entry.parent / f"{float_entry.name}-int8dyn-q{QUANT_VERSION}-ort{ort.__version__}"
+
+
+def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any],
+                   cases: tuple[tuple[int, int, int], ...] = AGREEMENT_CASES) -> float:
+    """Fraction of positions where the int8 model's greedy token equals the float model's (teacher-forced on the
+    float model's tokens so a single flip does not cascade)."""
+    import onnxruntime as ort
+
+    from perfsuite import models
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref_sess = ort.InferenceSession(str(float_path), so, providers=["CPUExecutionProvider"])
+    q_sess = ort.InferenceSession(str(quant_path), so, providers=["CPUExecutionProvider"])
+    vocab = int(meta["geometry"]["vocab"])
+    agree = total = 0
+    for b, p, steps in cases:
+        prompt = np.array(models.prompts(b, p, vocab, seed=11), dtype=np.int64)
+        ref = ex.ort_greedy_logits(ref_sess, meta, prompt, steps=steps)  # float model on its own tokens
+        forced = [r.argmax(-1) for r in ref[:-1]]
+        got = ex.ort_greedy_logits(q_sess, meta, prompt, forced)
+        for r, g in zip(ref, got, strict=True):
+            agree += int(np.sum(r.argmax(-1) == g.argmax(-1)))
+            total += r.shape[0]
+    return agree / total if total else 0.0
+
+
+def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
+    """Cached int8-dynamic version of a float export (weights QInt8, activations quantized at run time)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    float_entry = float_result.path.parent
+    target = quantized_dir(float_entry)
+    meta = ex.read_entry(target) if target.exists() else None
+    if meta is not None and "int8_top1_agreement" in meta:
+        return ex.ExportResult(target / ex.MODEL_FILE, meta, True, float(meta.get("quantize_seconds", 0.0)))
+    t0 = time.perf_counter()
+    tmp = ex.new_tmp(target)
+    try:
+        with warnings.catch_warnings(), _quiet_root_logger():
+            warnings.simplefilter("ignore")
+            quantize_dynamic(str(float_result.path), str(tmp / ex.MODEL_FILE), weight_type=QuantType.QInt8,
+                             per_channel=False, reduce_range=False,
+                             use_external_data_format=any(f.suffix == ".data" for f in float_entry.iterdir()))
+        q_s = time.perf_counter() - t0
+        meta = {**{k: v for k, v in float_result.meta.items() if k not in ("files", "verification")},
+                "kind": "int8-dynamic", "quant_version": QUANT_VERSION, "float_entry": float_entry.name,
+                "quantize_seconds": round(q_s, 3)}
+        import onnxruntime as ort
+
+        meta["onnxruntime"] = ort.__version__
+        meta["int8_top1_agreement"] = round(top1_agreement(float_result.path, tmp / ex.MODEL_FILE, meta), 4)
+        ex.write_entry(tmp, target, meta)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ex.ExportResult(target / ex.MODEL_FILE, meta, False, time.perf_counter() - t0)

@@ -1,0 +1,67 @@
+"""A cell is one point of the benchmark matrix: backend x model x dtype x scenario (+ options)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DTYPES = ("float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "int8-dynamic", "awq")
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    batch_size: int
+    prompt_tokens: int
+    new_tokens: int
+
+    @property
+    def slug(self) -> str:
+        return f"b{self.batch_size}-p{self.prompt_tokens}-n{self.new_tokens}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    backend: str  # e.g. "torch", "torch-compile", "onnxruntime-cpu", "onnxruntime-migraphx", "vllm"
+    model: str  # preset name, local directory or hub id
+    dtype: str
+    scenario: Scenario
+    device: str = "cpu"  # "cpu" | "cuda" (a ROCm GPU is "cuda" in torch)
+    quantization: str = "none"
+    tensor_parallel_size: int = 1
+    attn_implementation: str = "sdpa"
+    seed: int = 0
+    # Backend-specific options from [tool.perfsuite.backend_options.<backend>] (sorted items: hashable).
+    options: tuple[tuple[str, Any], ...] = ()
+    # Filled in by the fixture once the model is materialised; not part of the id.
+    model_dir: Path | None = field(default=None, compare=False)
+
+    @property
+    def id(self) -> str:
+        parts = [self.backend, model_slug(self.model), self.dtype, self.scenario.slug]
+        if self.quantization != "none":
+            parts.append(self.quantization)
+        if self.tensor_parallel_size != 1:
+            parts.append(f"tp{self.tensor_parallel_size}")
+        if self.attn_implementation != "sdpa":
+            parts.append(f"attn-{self.attn_implementation}")
+        return "-".join(parts)
+
+    def option(self, key: str, default: Any = None) -> Any:
+        return dict(self.options).get(key, default)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["scenario"] = asdict(self.scenario)
+        d["options"] = dict(self.options)
+        d["model_dir"] = str(self.model_dir) if self.model_dir else None
+        d["id"] = self.id
+        return d
+
+
+def model_slug(model: str) -> str:
+    """Preset names stay as they are; paths and hub ids become their last component."""
+    return model.rstrip("/").rsplit("/", 1)[-1].replace("_", "-").lower()

@@ -1,0 +1,1 @@
+"""Subcommands of the ``perfsuite`` console script (one module each: ``register(subparsers)``, ``main(args)``)."""

@@ -1,0 +1,81 @@
+"""``perfsuite overhead``: TPOT as the suite reports it ÷ TPOT of a bare timed loop of the same decode step.
+
+Both run in one process, interleaved block by block, so the 7 % between-process spread does not enter the ratio.
+The suite side drives pytest-benchmark's own BenchmarkFixture.pedantic through perfsuite.measure, exactly as the
+perf tests do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from perfsuite import measure, models
+from perfsuite.cells import Cell, Scenario
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("overhead", help="measure the harness overhead on TPOT (goal <= 1.01)")
+    p.add_argument("--backend", default="torch")
+    p.add_argument("--model", default="tiny-llama")
+    p.add_argument("--blocks", type=int, default=10, help="interleaved blocks per method (default 10)")
+    p.add_argument("--generations", type=int, default=5, help="generations per block (default 5)")
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.set_defaults(func=main)
+
+
+def _fixture() -> Any:
+    from pytest_benchmark.fixture import BenchmarkFixture
+    from pytest_benchmark.utils import load_timer
+
+    node = SimpleNamespace(name="overhead", nodeid="overhead")
+    return BenchmarkFixture(node, disable_gc=False, timer=load_timer("time.perf_counter"), min_rounds=1, min_time=0.0,
+                            max_time=1.0, precision=None, confidence=None, warmup=False, warmup_iterations=0,
+                            calibration_precision=10, add_stats=lambda stats: None, logger=None,
+                            warner=lambda *a, **k: None, disabled=False, cprofile=False, cprofile_loops=None,
+                            cprofile_dump=False)
+
+
+def bare_tpot_ms(backend: Any, prompts: list[list[int]], n: int, generations: int) -> list[float]:
+    out = []
+    for _ in range(generations):
+        step = backend.prefill(prompts)
+        for _ in range(n - 1):
+            t0 = time.perf_counter()
+            step = backend.decode(step.state)
+            out.append((time.perf_counter() - t0) * 1e3)
+        backend.release(step.state)
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    from perfsuite.backends import create
+
+    resolved = models.resolve(args.model)
+    cell = Cell(args.backend, args.model, "float32", Scenario("overhead", 1, 64, args.new_tokens),
+                model_dir=resolved.path)
+    backend = create(cell)
+    reason = backend.availability()
+    if reason:
+        print(f"perfsuite overhead: {args.backend} unavailable: {reason}")
+        return 2
+    backend.load()
+    prompts = models.prompts(1, 64, resolved.vocab_size)
+    bare_tpot_ms(backend, prompts, args.new_tokens, 2)  # warm-up
+    suite: list[float] = []
+    bare: list[float] = []
+    for _ in range(args.blocks):
+        bare += bare_tpot_ms(backend, prompts, args.new_tokens, args.generations)
+        m = measure.measure_tpot(_fixture(), backend, prompts, args.new_tokens, args.generations, 0)
+        suite += m.samples["itl_ms"]
+    backend.close()
+    s_med, b_med = statistics.median(suite), statistics.median(bare)
+    s_mean, b_mean = statistics.fmean(suite), statistics.fmean(bare)
+    print(f"steps per method: {len(suite)}")
+    print(f"suite TPOT median {s_med:.4f} ms, mean {s_mean:.4f} ms")
+    print(f"bare  TPOT median {b_med:.4f} ms, mean {b_mean:.4f} ms")
+    print(f"overhead ratio (median) {s_med / b_med:.4f}; (mean) {s_mean / b_mean:.4f}; goal <= 1.01")
+    return 0

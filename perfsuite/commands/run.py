@@ -1,0 +1,93 @@
+"""``perfsuite run``: the main job. Runs the profile's matrix through pytest and prints one row per cell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from perfsuite import baselines, runner_class
+from perfsuite.commands._common import project_root
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="run the benchmark matrix and print TTFT/TPOT/tokens per s/memory per cell",
+                       description="Extra arguments after the options are passed to pytest.")
+    p.add_argument("--profile", default=None, help="smoke | pr | nightly (default: smoke)")
+    p.add_argument("--backend", default=None, help="comma-separated backends")
+    p.add_argument("--model", default=None, help="comma-separated models")
+    p.add_argument("--device", default="cpu", help="cpu | cuda (default: cpu)")
+    p.add_argument("--runner-class", default=None, help="override the detected runner class")
+    p.add_argument("--update-baselines", action="store_true", help="record a new baseline if the run passes")
+    p.add_argument("--json", type=Path, default=None, help="also keep the pytest-benchmark JSON here")
+    p.set_defaults(func=main, accepts_extra=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    root = project_root()
+    out = args.json or Path(tempfile.mkdtemp(prefix="perfsuite-")) / "run.json"
+    cmd = [sys.executable, "-m", "pytest", str(root / "tests" / "perf"), "-q", f"--benchmark-json={out}",
+           f"--perf-device={args.device}"]
+    for flag, value in (("--perf-profile", args.profile), ("--perf-backend", args.backend),
+                        ("--perf-model", args.model), ("--perf-runner-class", args.runner_class)):
+        if value:
+            cmd.append(f"{flag}={value}")
+    if args.update_baselines:
+        cmd.append("--perf-update-baselines")
+    rc_name = args.runner_class or runner_class.detect(args.device)[0] if args.device == "cpu" else args.runner_class
+    base_dir = root / "baselines" / (rc_name or "")
+    has_baseline = bool(rc_name) and bool(baselines.list_runs(base_dir))
+    if has_baseline and not args.update_baselines:
+        cmd.append("--benchmark-compare")
+    cmd += list(args.extra)
+    print("+", " ".join(cmd), flush=True)
+    code = subprocess.call(cmd, cwd=root)
+    if not out.is_file():
+        return code or 1
+    current = json.loads(out.read_text())
+    base = baselines.read_run(baselines.list_runs(base_dir)[-1]) if has_baseline else None
+    print()
+    for line in table(current, base):
+        print(line)
+    return code
+
+
+def _by_cell(data: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info", {})
+        cell = info.get("cell", {}).get("id") or b.get("param")
+        cells.setdefault(cell, {})[info.get("metric", b["name"])] = b
+    return cells
+
+
+def _change(cur: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
+    if not cur or not base:
+        return "—"
+    return f"{cur['stats']['median'] / base['stats']['median'] - 1:+.1%}"
+
+
+def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+    """One row per cell. Changes are median vs the latest baseline run: an indication, not a verdict (the gate
+    decides, with between-run noise; see the pytest output above)."""
+    cur, old = _by_cell(current), _by_cell(base or {})
+    head = (f"{'cell':<48} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} {'tok/s':>8} "
+            f"{'peak MiB':>9} {'ΔTTFT':>7} {'ΔTPOT':>7}")
+    rows = [head, "-" * len(head)]
+    for cell, tests in cur.items():
+        t, p, e = tests.get("ttft", {}), tests.get("tpot", {}), tests.get("e2el", {})
+        ti, pi, ei = t.get("extra_info", {}), p.get("extra_info", {}), e.get("extra_info", {})
+        mem = max((x.get("peak_allocated_bytes") or x.get("peak_rss_bytes") or 0) for x in (ti, pi, ei))
+        tps = ei.get("output_throughput_tokens_per_s") or pi.get("output_throughput_tokens_per_s")
+
+        def f(v: Any) -> str:
+            return f"{v:.3f}" if isinstance(v, (int, float)) else "—"
+
+        rows.append(f"{cell:<48} {f(ti.get('median_ttft_ms')):>11} {f(pi.get('median_itl_ms')):>11} "
+                    f"{f(pi.get('p99_itl_ms')):>11} {f(tps):>8} {mem / 2**20:>9.0f} "
+                    f"{_change(t, old.get(cell, {}).get('ttft')):>7} {_change(p, old.get(cell, {}).get('tpot')):>7}")
+    return rows

@@ -1,0 +1,144 @@
+"""The plugin end to end, in subprocesses (pytester) on a small tiny-llama scenario."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PYPROJECT = """
+[tool.perfsuite]
+baselines_dir = "baselines"
+[tool.perfsuite.scenarios]
+tiny = {{ batch_size = 2, prompt_tokens = 16, new_tokens = {n} }}
+[tool.perfsuite.profiles.smoke]
+backends = ["torch"]
+models = ["tiny-llama"]
+scenarios = ["tiny"]
+warmup_generations = 1
+generations = {g}
+"""
+
+CELL = "torch-tiny-llama-float32-b2-p16-n{n}"
+
+
+@pytest.fixture
+def project(pytester):
+    def make(n=4, g=3):
+        pytester.makefile(".toml", pyproject=PYPROJECT.format(n=n, g=g))
+        (pytester.path / "tests" / "perf").mkdir(parents=True)
+        shutil.copy(ROOT / "tests" / "perf" / "test_latency.py", pytester.path / "tests" / "perf")
+        return pytester
+
+    return make
+
+
+def run(pytester, *args):
+    return pytester.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", *args)
+
+
+def test_help_lists_perf_options(pytester):
+    out = pytester.runpytest_subprocess("--help").stdout.str()
+    for flag in ("--perf-backend", "--perf-model", "--perf-profile", "--perf-device", "--perf-runner-class",
+                 "--perf-update-baselines"):
+        assert flag in out
+
+
+@pytest.mark.slow
+def test_perf_run_is_per_token_and_self_consistent(project):
+    n, g = 6, 4
+    p = project(n=n, g=g)
+    res = run(p, "--benchmark-json=out.json")
+    res.assert_outcomes(passed=3)
+    data = json.loads((p.path / "out.json").read_text())
+    by = {b["name"].split("[")[0]: b for b in data["benchmarks"]}
+    cell = CELL.format(n=n)
+    assert set(by) == {"test_ttft", "test_tpot", "test_e2e"}
+    assert all(b["param"] == cell for b in by.values())
+    assert data["machine_info"]["perfsuite"]["schema_version"] == 1
+    ttft, tpot, e2e = by["test_ttft"], by["test_tpot"], by["test_e2e"]
+    # pytest-benchmark's own stats are per token: a TPOT round is one decode step.
+    assert ttft["stats"]["rounds"] == g and e2e["stats"]["rounds"] == g and tpot["stats"]["rounds"] == g * (n - 1)
+    assert tpot["extra_info"]["generated_tokens"] == 2 * g * (n - 1)
+    assert e2e["extra_info"]["generated_tokens"] == 2 * g * n
+    ei = e2e["extra_info"]
+    for key in ("mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "mean_e2el_ms", "output_throughput_tokens_per_s",
+                "peak_rss_bytes"):
+        assert key in ei
+    # Inside an E2E round, e2el = ttft + sum(itl) up to the timer calls between them.
+    s = ei["samples"]
+    for k in range(g):
+        parts = s["ttft_ms"][k] + sum(s["itl_ms"][k * (n - 1):(k + 1) * (n - 1)])
+        assert parts == pytest.approx(s["e2el_ms"][k], rel=0.02)
+    # Across the three tests (separate rounds, same process): e2e ~ ttft + (n-1) * tpot. n is small so that a
+    # per-generation vs per-token or an n vs n-1 mistake moves the sum by > 20 %; in-process noise is 1-2 %,
+    # but CI neighbours and cache effects between tests add more, hence 20 %.
+    predicted = ttft["stats"]["median"] + (n - 1) * tpot["stats"]["median"]
+    assert e2e["stats"]["median"] == pytest.approx(predicted, rel=0.20)
+
+
+@pytest.mark.slow
+def test_baseline_record_compare_and_refusals(project):
+    p = project(n=3, g=2)
+    res = run(p, "--perf-update-baselines")
+    res.assert_outcomes(passed=3)
+    (rc_dir,) = (p.path / "baselines").iterdir()
+    (first,) = rc_dir.iterdir()
+    assert first.name.startswith("0001_smoke") and "recorded baseline" in res.stdout.str()
+    assert json.loads(first.read_text())["benchmarks"][0]["stats"]["data"]  # raw rounds kept
+
+    # Compare finds this class's baseline with no extra flag.
+    res = run(p, "--benchmark-compare")
+    res.assert_outcomes(passed=3)
+    assert f"Comparing against benchmarks from: {rc_dir.name}/{first.name}" in res.stdout.str() + res.stderr.str()
+
+    # A failing run with --perf-update-baselines writes nothing.
+    (p.path / "tests" / "perf" / "test_zfail.py").write_text("def test_fails():\n    assert False\n")
+    res = run(p, "--perf-update-baselines")
+    res.assert_outcomes(passed=3, failed=1)
+    assert [f.name for f in rc_dir.iterdir()] == [first.name]
+    assert "no baseline written" in res.stdout.str()
+    (p.path / "tests" / "perf" / "test_zfail.py").unlink()
+
+    # Another runner class has no baseline here: a clear refusal, not a silent "nothing to compare".
+    res = run(p, "--benchmark-compare", "--perf-runner-class", "rocm-gfx942-mi300x")
+    assert res.ret == 4
+    assert "no baseline for runner class 'rocm-gfx942-mi300x'" in res.stderr.str()
+
+    # A baseline of another class named explicitly is refused by the compare hook.
+    foreign = json.loads(first.read_text())
+    foreign["machine_info"]["perfsuite"]["runner_class"] = "rocm-gfx90a-mi250x"
+    other = p.path / "foreign.json"
+    other.write_text(json.dumps(foreign))
+    res = run(p, f"--benchmark-compare={other}", "--benchmark-storage=file://elsewhere")
+    assert res.ret != 0
+    assert "refusing to compare with a baseline of runner class 'rocm-gfx90a-mi250x'" in (
+        res.stdout.str() + res.stderr.str())
+
+    # A corrupt baseline is a one-line error naming the file and the fix; the file is left as it was.
+    first.write_text('{"benchmarks": [')
+    res = run(p, "--benchmark-compare")
+    assert res.ret == 4
+    err = res.stderr.str()
+    assert "corrupt baseline" in err and first.name in err and "Traceback" not in err
+    assert first.read_text() == '{"benchmarks": ['
+
+
+def test_bad_options_and_config_are_usage_errors(project):
+    p = project()
+    res = run(p, "--perf-profile", "weekly")
+    assert res.ret == 4 and "unknown profile; use one of smoke, pr, nightly" in res.stderr.str()
+    (p.path / "pyproject.toml").write_text("[tool.perfsuite]\nbaseline_dir = 'x'\n")
+    res = run(p)
+    assert res.ret == 4 and "baseline_dir: unknown key" in res.stderr.str()
+    assert "Traceback" not in res.stderr.str()
+
+
+def test_unavailable_backend_skips_with_reason(project):
+    p = project()
+    res = run(p, "--perf-device", "cuda", "--perf-runner-class", "cuda-test", "-rs")
+    # No GPU here: the runner class cannot be detected without one, but an explicit class lets cells skip.
+    out = res.stdout.str() + res.stderr.str()
+    assert "sees no GPU" in out

@@ -1,0 +1,231 @@
+"""ONNX Runtime backend on the CPU: export + dynamic dims + parity with torch, cache robustness, int8 path.
+
+The exports are shared by a module fixture in a temporary PERFSUITE_CACHE_DIR (tiny models: ~1 s each).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+torch = pytest.importorskip("torch")
+
+from perfsuite import models  # noqa: E402
+from perfsuite.backends import create  # noqa: E402
+from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
+from perfsuite.backends.onnxruntime.backend import OrtBackend  # noqa: E402
+from perfsuite.backends.torch_backend import TorchBackend  # noqa: E402
+from perfsuite.cells import Cell, Scenario  # noqa: E402
+
+TINY = ("tiny-llama", "tiny-opt")
+SC = Scenario("smoke", 2, 16, 6)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("perfsuite-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PERFSUITE_CACHE_DIR", str(root))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def exported(cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
+    out = {}
+    for name in TINY:
+        path = models.resolve(name).path
+        out[name] = (path, ex.export(ex.ExportSpec(path, ex.model_digest(path))))
+    return out
+
+
+def _generate(backend: Any, prompts: list[list[int]], n: int) -> list[list[int]]:
+    r = backend.prefill(prompts)
+    toks = [r.tokens]
+    for _ in range(n - 1):
+        r = backend.decode(r.state)
+        toks.append(r.tokens)
+    backend.release(r.state)
+    return toks
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_export_dynamic_dims_and_parity(exported: dict, name: str) -> None:
+    _, res = exported[name]
+    assert not res.cache_hit and res.path.is_file()
+    assert ex.static_dim_problems(res.path) == []
+    graph = onnx.load(str(res.path)).graph
+    dims = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in list(graph.input) + list(graph.output)}
+    assert dims["input_ids"] == ["batch", "seq"] and dims["logits"][0] == "batch"
+    assert dims["past_key_values.0.key"][0::2] == ["batch", "past"]
+    assert dims["present.3.value"][0::2] == ["batch", "total"]
+    v = res.meta["verification"]
+    assert v["ok"], v["failures"]
+    shapes = " ".join(c["shape"] for c in v["cases"])
+    assert "batch=1" in shapes and "batch=3" in shapes and "past=0" in shapes and "past=17" in shapes
+    assert res.meta["opset"] >= 17 and res.meta["export_seconds"] > 0
+
+
+def test_cache_hit_reuses_verification(exported: dict) -> None:
+    path, first = exported["tiny-llama"]
+    again = ex.export(ex.ExportSpec(path, ex.model_digest(path)))
+    assert again.cache_hit and again.path == first.path
+    assert again.meta["verification"] == first.meta["verification"]
+
+
+@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("io_binding", [False, True])
+def test_backend_tokens_equal_torch(exported: dict, name: str, io_binding: bool) -> None:
+    path, _ = exported[name]
+    prompts = models.prompts(SC.batch_size, SC.prompt_tokens, models.resolve(name).vocab_size)
+    ref = TorchBackend(Cell("torch", name, "float32", SC, model_dir=path))
+    ref.load()
+    want = _generate(ref, prompts, SC.new_tokens)
+    ref.close()
+    cell = Cell("onnxruntime-cpu", name, "float32", SC, model_dir=path, options=(("io_binding", io_binding),))
+    b = create(cell)
+    assert isinstance(b, OrtBackend) and b.availability() is None
+    b.load()
+    got = _generate(b, prompts, SC.new_tokens)
+    assert got == want
+    info = b.info()
+    assert info["providers_in_use"] == ["CPUExecutionProvider"] and info["export_cache_hit"]
+    assert info["io_binding"] is io_binding and info["graph_optimization_level"] == "all"
+    assert info["cpu_node_count"] == info["total_node_count"] > 0
+    assert info["verification"]["ok"] and info["opset"] == 17
+    b.reset_peak_memory()
+    assert (b.memory_stats().peak_rss_bytes or 0) > 0
+    json.dumps(info)  # goes into extra_info
+    b.close()
+
+
+def test_optimization_level_and_placement_log(exported: dict) -> None:
+    path, _ = exported["tiny-opt"]
+    cell = Cell("onnxruntime-cpu", "tiny-opt", "float32", SC, model_dir=path,
+                options=(("graph_optimization_level", "disable"), ("log_placements", True)))
+    b = OrtBackend(cell)
+    b.load()
+    info = b.info()
+    assert info["graph_optimization_level"] == "disable" and info["cpu_node_count"] > 0
+    assert b.prefill([[5, 6, 7]]).tokens[0] >= 0
+    b.close()
+
+
+def test_int8_dynamic(exported: dict) -> None:
+    path, _ = exported["tiny-llama"]
+    cell = Cell("onnxruntime-cpu", "tiny-llama", "float32", SC, quantization="int8-dynamic", model_dir=path)
+    b = create(cell)
+    b.load()
+    info = b.info()
+    assert 0.0 <= info["int8_top1_agreement"] <= 1.0
+    assert info["onnx_model"].endswith(ex.MODEL_FILE) and "int8dyn" in info["onnx_model"]
+    assert len(_generate(b, [[5] * 8], 3)) == 3
+    b.close()
+    again = OrtBackend(cell)
+    again.load()
+    assert again.info()["quantize_cache_hit"] and again.info()["int8_top1_agreement"] == info["int8_top1_agreement"]
+    again.close()
+
+
+def test_verification_failure_names_the_shapes(exported: dict) -> None:
+    path, res = exported["tiny-llama"]
+    model = ex.load_torch_model(path, "float32")
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)  # a model that disagrees with the exported graph
+    report = ex.verify_parity(model, res.path, res.meta, cases=((1, 3, 1), (2, 5, 1)))
+    assert not report["ok"]
+    assert any("(batch=1, prompt=3, past=0, seq=3)" in f for f in report["failures"])
+    assert any("(batch=2, prompt=5, past=5, seq=1)" in f for f in report["failures"])
+    with pytest.raises(ex.ExportError, match=r"disagrees with torch at \(batch=1"):
+        ex._raise_if_failed({"verification": report})
+
+
+def test_compare_ignores_near_ties() -> None:
+    ref = np.array([[1.0, 1.00001, 0.0], [5.0, 0.0, 0.0]], dtype=np.float32)
+    got = np.array([[1.00001, 1.0, 0.0], [5.0, 0.0, 0.0]], dtype=np.float32)
+    diff, wrong = ex.compare_logits(ref, got, atol=1e-3)
+    assert wrong == 0 and diff < 1e-3  # the tied row's argmax may flip
+    _, wrong = ex.compare_logits(ref, np.array([[0, 0, 3.0], [0, 5.0, 0]], dtype=np.float32), atol=1e-3)
+    assert wrong == 1
+
+
+@pytest.mark.slow
+def test_float16_export_parity(cache: Path) -> None:
+    path = models.resolve("tiny-llama").path
+    res = ex.export(ex.ExportSpec(path, ex.model_digest(path), dtype="float16"))
+    assert res.meta["verification"]["ok"] and res.meta["dtype"] == "float16"
+    b = OrtBackend(Cell("onnxruntime-cpu", "tiny-llama", "float16", SC, model_dir=path))
+    b.load()
+    assert len(b.prefill([[5, 9, 11]]).tokens) == 1
+    b.close()
+
+
+def _corrupt_marker(entry: Path) -> None:
+    (entry / ex.MARKER).unlink()
+
+
+def _truncate(entry: Path) -> None:
+    f = entry / ex.MODEL_FILE
+    f.write_bytes(f.read_bytes()[:-100])
+
+
+def _flip_bytes(entry: Path) -> None:
+    f = entry / ex.MODEL_FILE
+    data = bytearray(f.read_bytes())
+    data[-50:-40] = bytes(10)
+    f.write_bytes(bytes(data))
+
+
+def _checker_failure(entry: Path) -> None:
+    """Sizes and hashes agree with the marker, but the graph is invalid (as if written by a broken exporter)."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    bad = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    meta = json.loads((entry / ex.MARKER).read_text())
+    tmp = entry.parent / (entry.name + ".tmp")
+    tmp.mkdir()
+    onnx.save(bad, str(tmp / ex.MODEL_FILE))
+    ex.write_entry(tmp, entry, meta)
+
+
+@pytest.mark.parametrize("corrupt,problem", [(_corrupt_marker, "no marker"), (_truncate, "size"),
+                                             (_flip_bytes, "sha256"), (_checker_failure, "onnx.checker")])
+def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, corrupt: Any, problem: str) -> None:
+    path = models.resolve("tiny-opt").path  # materialised in the module cache
+    spec = ex.ExportSpec(path, ex.model_digest(path))
+    first = ex.export(spec, cache_dir=tmp_path, verify=False)
+    entry = first.path.parent
+    assert ex.entry_problem(entry) is None
+    corrupt(entry)
+    found = ex.entry_problem(entry)
+    assert found is not None and problem in found
+    rebuilt = ex.export(spec, cache_dir=tmp_path, verify=False)
+    assert not rebuilt.cache_hit and ex.entry_problem(entry) is None
+    assert [p.name for p in tmp_path.joinpath("onnx").iterdir()] == [entry.name]  # no temp dirs left
+
+
+def test_static_dim_is_reported(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["input_ids"], ["logits"])], "g",
+                          [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"])],
+                          [helper.make_tensor_value_info("logits", TensorProto.INT64, [1, "seq"])])
+    onnx.save(helper.make_model(g), str(tmp_path / "m.onnx"))
+    assert ex.static_dim_problems(tmp_path / "m.onnx") == ["input_ids[0]=1", "logits[0]=1"]
+
+
+def test_unsupported_dtype_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ex.ExportError, match="bfloat16"):
+        ex.export(ex.ExportSpec(tmp_path, "x", dtype="bfloat16"), cache_dir=tmp_path)
+    shutil.rmtree(tmp_path, ignore_errors=True)
