@@ -166,3 +166,18 @@ def measure_e2e(benchmark: Any, backend: Backend, prompts: list[list[int]], new_
     tpot = [metrics.tpot_ms(e, f, new_tokens) for e, f in zip(e2el, ttft)]
     return Measurement("e2el", {"ttft_ms": ttft, "tpot_ms": tpot, "itl_ms": itl, "e2el_ms": e2el},
                        generated_tokens=batch * generations * new_tokens, tokens=gens[-1])
+
+
+def standalone_benchmark(name: str) -> Any:
+    """pytest-benchmark's own BenchmarkFixture outside a pytest session (harness-overhead runs, unit tests)."""
+    from types import SimpleNamespace
+
+    from pytest_benchmark.fixture import BenchmarkFixture
+    from pytest_benchmark.utils import load_timer
+
+    node = SimpleNamespace(name=name, nodeid=name)
+    return BenchmarkFixture(node, disable_gc=False, timer=load_timer("time.perf_counter"), min_rounds=1,
+                            min_time=0.0, max_time=1.0, precision=None, confidence=None, warmup=False,
+                            warmup_iterations=0, calibration_precision=10, add_stats=lambda stats: None,
+                            logger=None, warner=lambda *a, **k: None, disabled=False, cprofile=False,
+                            cprofile_loops=None, cprofile_dump=False)

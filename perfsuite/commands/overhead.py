@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from types import SimpleNamespace
 from typing import Any
 
 from perfsuite import measure, models
@@ -25,18 +24,6 @@ def register(sub: Any) -> None:
     p.add_argument("--generations", type=int, default=5, help="generations per block (default 5)")
     p.add_argument("--new-tokens", type=int, default=32)
     p.set_defaults(func=main)
-
-
-def _fixture() -> Any:
-    from pytest_benchmark.fixture import BenchmarkFixture
-    from pytest_benchmark.utils import load_timer
-
-    node = SimpleNamespace(name="overhead", nodeid="overhead")
-    return BenchmarkFixture(node, disable_gc=False, timer=load_timer("time.perf_counter"), min_rounds=1, min_time=0.0,
-                            max_time=1.0, precision=None, confidence=None, warmup=False, warmup_iterations=0,
-                            calibration_precision=10, add_stats=lambda stats: None, logger=None,
-                            warner=lambda *a, **k: None, disabled=False, cprofile=False, cprofile_loops=None,
-                            cprofile_dump=False)
 
 
 def bare_tpot_ms(backend: Any, prompts: list[list[int]], n: int, generations: int) -> list[float]:
@@ -69,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     bare: list[float] = []
     for _ in range(args.blocks):
         bare += bare_tpot_ms(backend, prompts, args.new_tokens, args.generations)
-        m = measure.measure_tpot(_fixture(), backend, prompts, args.new_tokens, args.generations, 0)
+        m = measure.measure_tpot(measure.standalone_benchmark("overhead"), backend, prompts, args.new_tokens, args.generations, 0)
         suite += m.samples["itl_ms"]
     backend.close()
     s_med, b_med = statistics.median(suite), statistics.median(bare)
