@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from perfsuite.cells import DEVICES, DTYPES, QUANTIZATIONS, Cell, Scenario
 
@@ -109,7 +110,7 @@ def _unknown(section: str, keys: set[str], allowed: set[str]) -> None:
 
 
 def _str_list(section: str, key: str, value: Any, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    _expect(isinstance(value, list) and all(isinstance(v, str) for v in value) and value,
+    _expect(isinstance(value, list) and all(isinstance(v, str) for v in value) and bool(value),
             f"{_where(section, key)} must be a non-empty list of strings, got {value!r}")
     if allowed is not None:
         for v in value:
@@ -183,7 +184,7 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
             kw["attn_implementations"] = _str_list(sec, "attn_implementations", pr["attn_implementations"], ATTN)
         if "tensor_parallel_sizes" in pr:
             v = pr["tensor_parallel_sizes"]
-            _expect(isinstance(v, list) and v, f"{_where(sec, 'tensor_parallel_sizes')} must be a list of integers")
+            _expect(isinstance(v, list) and bool(v), f"{_where(sec, 'tensor_parallel_sizes')} must be a list of integers")
             kw["tensor_parallel_sizes"] = tuple(_pos_int(sec, "tensor_parallel_sizes", t) for t in v)
         for k in ("warmup_generations", "generations"):
             if k in pr:
@@ -220,13 +221,16 @@ def resolve(config: PerfConfig, *, profile: str, device: str, backends: str | No
     from perfsuite import models as model_registry
     from perfsuite.backends import known_backends
 
-    _expect(profile in config.profiles, f"--perf-profile {profile!r}: unknown profile; use one of {', '.join(PROFILES)}")
+    _expect(profile in config.profiles,
+            f"--perf-profile {profile!r}: unknown profile; use one of {', '.join(PROFILES)}")
     _expect(device in DEVICES, f"--perf-device {device!r}: use one of {', '.join(DEVICES)} (a ROCm GPU is 'cuda')")
     prof = config.profiles[profile]
     bk = tuple(b.strip() for b in backends.split(",") if b.strip()) if backends else prof.backends
     for b in bk:
-        _expect(b in known_backends(), f"--perf-backend {b!r}: unknown backend; use one of {', '.join(known_backends())}")
+        _expect(b in known_backends(),
+                f"--perf-backend {b!r}: unknown backend; use one of {', '.join(known_backends())}")
     md = tuple(m.strip() for m in models.split(",") if m.strip()) if models else prof.models
     for m in md:
-        _expect(model_registry.known_model(m), f"--perf-model {m!r}: unknown model; use {model_registry.describe_models()}")
+        _expect(model_registry.known_model(m),
+                f"--perf-model {m!r}: unknown model; use {model_registry.describe_models()}")
     return Settings(config, prof, device, runner_class, update_baselines, bk, md)

@@ -102,7 +102,7 @@ class _DecodeWalk:
     def target(self, state: Any) -> None:
         step = self.backend.decode(state)
         self.state = step.state
-        for seq, tok in zip(self.seqs, step.tokens):
+        for seq, tok in zip(self.seqs, step.tokens, strict=False):
             seq.append(tok)
         self.produced += 1
         if len(step.tokens) != len(self.prompts):
@@ -152,7 +152,7 @@ def measure_e2e(benchmark: Any, backend: Backend, prompts: list[list[int]], new_
             now = time.perf_counter()
             itl.append((now - t) * 1e3)
             t = now
-            for seq, tok in zip(seqs, step.tokens):
+            for seq, tok in zip(seqs, step.tokens, strict=False):
                 seq.append(tok)
         backend.release(step.state)
         gens.append(seqs)
@@ -163,7 +163,7 @@ def measure_e2e(benchmark: Any, backend: Backend, prompts: list[list[int]], new_
     if len(gens) != generations or any(len(s) != new_tokens for g in gens for s in g):
         raise TokenCountError(f"expected {generations} generations of {new_tokens} tokens per sequence")
     e2el = _round_ms(benchmark)
-    tpot = [metrics.tpot_ms(e, f, new_tokens) for e, f in zip(e2el, ttft)]
+    tpot = [metrics.tpot_ms(e, f, new_tokens) for e, f in zip(e2el, ttft, strict=True)]
     return Measurement("e2el", {"ttft_ms": ttft, "tpot_ms": tpot, "itl_ms": itl, "e2el_ms": e2el},
                        generated_tokens=batch * generations * new_tokens, tokens=gens[-1])
 

@@ -144,7 +144,7 @@ def _check_checkpoint(path: Path) -> Path:
 
 def _checkpoint_digest(path: Path) -> str:
     h = hashlib.sha256()
-    for f in sorted(path.glob("*.safetensors")) + [path / "config.json"]:
+    for f in [*sorted(path.glob("*.safetensors")), path / "config.json"]:
         h.update(f"{f.name}:{f.stat().st_size}".encode())
     h.update((path / "config.json").read_bytes())
     return h.hexdigest()[:12]

@@ -18,13 +18,15 @@ from typing import Any
 
 import pytest
 
-from perfsuite import baselines, config as cfg, runner_class
+from perfsuite import baselines, runner_class
+from perfsuite import config as cfg
 from perfsuite.session import SESSION_KEY, PerfSession
 
 _OPTIONS = (
     # flag, ini/env suffix, help
     ("--perf-backend", "backend", "comma-separated backends to run (default: the profile's)"),
-    ("--perf-model", "model", "comma-separated models: presets, checkpoint dirs or cached hub ids (default: the profile's)"),
+    ("--perf-model", "model",
+     "comma-separated models: presets, checkpoint dirs or cached hub ids (default: the profile's)"),
     ("--perf-profile", "profile", "smoke | pr | nightly (default: smoke)"),
     ("--perf-device", "device", "cpu | cuda; a ROCm GPU is 'cuda' in torch (default: cpu)"),
     ("--perf-runner-class", "runner_class", "override the detected runner class that names the baseline folder"),
@@ -95,10 +97,11 @@ def _configure_benchmark_storage(config: pytest.Config, session: PerfSession, ex
         except baselines.BaselineError as exc:
             raise pytest.UsageError(f"perfsuite: {exc}") from None
         if not runs:
+            present = sorted(p.name for p in session.settings.config.baselines_dir.glob("*") if p.is_dir())
             raise pytest.UsageError(
                 f"perfsuite: no baseline for runner class {session.runner_class!r} in {session.baseline_dir}; "
                 f"record one with `pytest --perf-update-baselines` (classes present: "
-                f"{', '.join(sorted(p.name for p in session.settings.config.baselines_dir.glob('*') if p.is_dir())) or 'none'})")
+                f"{', '.join(present) or 'none'})")
         _setup_gate(session, runs)
     # pytest-benchmark keys storage by platform; we key it by runner class. Its session reads the compare option
     # while it is constructed, so hold it back and load the comparison once the machine id is ours.

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from perfsuite.cells import Cell
-
 
 @dataclass(frozen=True)
 class MemoryStats:

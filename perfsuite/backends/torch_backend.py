@@ -58,7 +58,7 @@ class TorchBackend:
         model = AutoModelForCausalLM.from_pretrained(
             self.cell.model_dir, dtype=self.dtype, attn_implementation=self.cell.attn_implementation,
             use_safetensors=True, local_files_only=True, trust_remote_code=False)
-        self.model = model.to(self.device).eval()
+        self.model = model.to(self.device).eval()  # type: ignore[arg-type]
         if self.compile:
             # dynamic=True: one graph for every context length instead of a recompile per decode step.
             self.model.forward = torch.compile(self.model.forward, dynamic=True,

@@ -56,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
     bare: list[float] = []
     for _ in range(args.blocks):
         bare += bare_tpot_ms(backend, prompts, args.new_tokens, args.generations)
-        m = measure.measure_tpot(measure.standalone_benchmark("overhead"), backend, prompts, args.new_tokens, args.generations, 0)
+        bench = measure.standalone_benchmark("overhead")
+        m = measure.measure_tpot(bench, backend, prompts, args.new_tokens, args.generations, 0)
         suite += m.samples["itl_ms"]
     backend.close()
     s_med, b_med = statistics.median(suite), statistics.median(bare)

@@ -1,0 +1,85 @@
+"""Tolerance rule: how far a backend's output may sit from the float64 reference.
+
+The reference is computed in float64 from the *dtype-rounded* inputs (the inputs are generated, cast to the cell's
+dtype, then cast back up), so input rounding is never counted as error. What remains is the error of computing in
+the cell's dtype. Standard floating-point error analysis bounds a length-``K`` dot product by
+``gamma_K * (|a| . |b|)`` with ``gamma_K ~ K * eps``; blocked/pairwise/fp32-accumulating kernels behave like
+``sqrt(K) * eps`` in practice, which is what we use. Per element::
+
+    tol = C * eps(dtype) * (sqrt(K) * mag + |ref|) + floor(dtype)
+
+* ``eps(dtype)``: machine epsilon (float32 2^-23, float16 2^-10, bfloat16 2^-7);
+* ``K``: the op's reduction length (hidden for linear/norms, keys + head_dim for attention, vocab for softmax,
+  1 for elementwise ops);
+* ``mag``: the magnitude of the terms that are summed (``|x| @ |w|`` for a matmul, ``max |v|`` for attention,
+  ``|ref|`` for elementwise ops), computed by the op's reference;
+* ``C``: a per-op constant (default 8; transcendental/attention ops use more), listed in ``docs/ops.md``;
+* ``floor``: an absolute floor for results that cancel to ~0 (``eps * 1e-3``... scaled to the dtype's tiny).
+
+An output element is *wrong* when ``|out - ref| > tol`` or when it is NaN/Inf where the reference is finite
+(NaN is never within tolerance). Index outputs (argmax/top-k) are compared by the value they select: the selected
+entries must equal the reference maximum up to the value tolerance (ties are allowed in any order).
+Quantized ops add the quantization error bound of their scheme to ``mag`` (see the op's docstring).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+EPS = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+FLOOR = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
+DEFAULT_C = 8.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    max_abs_err: float
+    max_ratio: float  # max |err| / tol (> 1 means out of tolerance); the hypothesis target
+    nan_where_finite: int  # elements NaN/Inf in the output where the reference is finite
+    bad_elements: int
+    numel: int
+    worst_index: tuple[int, ...] | None = None
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "max_abs_err": self.max_abs_err, "max_ratio": self.max_ratio,
+                "nan_where_finite": self.nan_where_finite, "bad_elements": self.bad_elements, "numel": self.numel,
+                "worst_index": list(self.worst_index) if self.worst_index is not None else None}
+
+
+def tolerance(dtype: str, ref: np.ndarray, mag: np.ndarray | float | None = None, k: int = 1,
+              c: float = DEFAULT_C) -> np.ndarray:
+    """Per-element tolerance for ``ref`` (float64) computed in ``dtype`` with reduction length ``k``."""
+    eps = EPS[dtype]
+    ref_abs = np.abs(ref)
+    m = ref_abs if mag is None else np.broadcast_to(np.asarray(mag, dtype=np.float64), ref.shape)
+    return c * eps * (math.sqrt(max(k, 1)) * m + ref_abs) + FLOOR[dtype]
+
+
+def compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> Comparison:
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        return Comparison(False, math.inf, math.inf, 0, int(ref.size), int(ref.size))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        return _compare(out, ref, tol)
+
+
+def _compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> Comparison:
+    finite_ref = np.isfinite(ref)
+    bad_nan = finite_ref & ~np.isfinite(out)
+    # Non-finite reference entries (e.g. -inf logits) must be matched exactly.
+    mismatch_nonfinite = ~finite_ref & ~((out == ref) | (np.isnan(out) & np.isnan(ref)))
+    err = np.where(finite_ref & np.isfinite(out), np.abs(out - ref), 0.0)
+    ratio = np.where(finite_ref, err / np.maximum(tol, 1e-300), 0.0)
+    ratio = np.where(bad_nan | mismatch_nonfinite, np.inf, ratio)
+    bad = ratio > 1.0
+    n_bad = int(bad.sum())
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape)) if ratio.size else None
+    max_ratio = float(ratio.max()) if ratio.size else 0.0
+    return Comparison(ok=n_bad == 0, max_abs_err=float(err.max()) if err.size else 0.0, max_ratio=max_ratio,
+                      nan_where_finite=int(bad_nan.sum()), bad_elements=n_bad, numel=int(ref.size),
+                      worst_index=worst)
