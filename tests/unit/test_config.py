@@ -46,7 +46,8 @@ def test_cli_backend_and_model_override_the_profile():
         ({"profiles": {"smoke": {"generations": 0}}}, "generations must be an integer >= 1, got 0"),
         ({"profiles": {"smoke": {"scenarios": ["huge"]}}}, "'huge' is not one of short"),
         ({"scenarios": {"x": {"batch_size": 1, "prompt_tokens": 8}}}, "new_tokens: missing"),
-        ({"scenarios": {"x": {"batch_size": 1, "prompt_tokens": 8, "new_tokens": 1}}}, "new_tokens must be an integer >= 2"),
+        ({"scenarios": {"x": {"batch_size": 1, "prompt_tokens": 8, "new_tokens": 1}}},
+         "new_tokens must be an integer >= 2"),
         ({"backend_options": {"onnxruntime": {}}}, "[tool.perfsuite.backend_options] onnxruntime: unknown key"),
     ],
 )

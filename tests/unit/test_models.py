@@ -45,7 +45,7 @@ def test_presets_have_distinct_digests_and_shape_faithful_sizes():
 
 
 def test_checkpoint_dir_errors_name_the_fix(tmp_path):
-    with pytest.raises(models.ModelError, match="no config.json"):
+    with pytest.raises(models.ModelError, match=r"no config\.json"):
         models.resolve(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 10}))
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")
@@ -56,7 +56,7 @@ def test_checkpoint_dir_errors_name_the_fix(tmp_path):
 def test_hub_id_only_from_local_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(models.ModelError, match="not in the local Hugging Face cache and perfsuite never downloads"):
+    with pytest.raises(models.ModelError, match=r"not in the local Hugging Face cache and perfsuite never downloads"):
         models.resolve("someorg/some-model")
     with pytest.raises(models.ModelError, match="unknown model 'gpt5'"):
         models.resolve("gpt5")

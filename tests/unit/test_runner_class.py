@@ -14,7 +14,6 @@ def test_gpu_classes_name_kind_arch_and_device():
 
 
 def test_detect_here_is_stable_and_light():
-    import sys
 
     a, facts = runner_class.detect("cpu")
     assert a == runner_class.detect("cpu")[0] and a.startswith("cpu-") and facts["cores"] >= 1

@@ -1,0 +1,122 @@
+"""Verdict logic (regression / improvement / unchanged / inconclusive), exact metrics, and GateSession."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfsuite.gate import GateSession, Policy, Verdict, parse_config
+from perfsuite.gate.stats import Estimate
+from perfsuite.gate.verdict import Cell, decide, decide_family
+
+TAU = 0.05
+
+
+def _cell(d: float, se: float, df: float = 9, policy: Policy | None = None, method: str = "runs") -> Cell:
+    pol = policy or Policy("median_tpot_ms", threshold=TAU)
+    est = Estimate(d=d, se=se, df=df, method=method, n_baseline=10, n_current=1, s_unit=se / math.sqrt(1.1))
+    return Cell("tests/perf/test_latency.py::test_tpot[c]", pol, est, (1.0,) * 10, (math.exp(d),))
+
+
+@pytest.mark.parametrize(("d", "se", "kind"), [
+    (math.log(1.20), 0.01, "regression"),  # significant and beyond the threshold
+    (math.log(1.03), 0.005, "unchanged"),  # significant but inside the threshold; interval inside +-5 %
+    (math.log(1.20), 0.10, "inconclusive"),  # beyond the threshold but not significant
+    (math.log(1.04), 0.02, "inconclusive"),  # interval reaches past the threshold: baseline too short
+    (math.log(1.07), 0.025, "inconclusive"),  # beyond the threshold, p > alpha: a few more runs settle it
+    (math.log(0.80), 0.01, "improvement"),
+    (0.0, 0.005, "unchanged"),
+])
+def test_kinds(d: float, se: float, kind: str) -> None:
+    v = decide(_cell(d, se), 0.01, 0.8)
+    assert isinstance(v, Verdict)
+    assert v.kind == kind
+    assert v.failed == (kind == "regression")
+    assert v.ratio == pytest.approx(math.exp(d))
+    assert v.ci_low < v.ratio < v.ci_high
+    assert v.mde is not None and v.mde >= TAU
+    if kind == "inconclusive":
+        assert ((v.more_runs or 0) >= 1 and "more run" in v.describe()) or "baseline" in v.note
+
+
+def test_higher_is_better_flips() -> None:
+    pol = Policy("output_throughput_tokens_per_s", direction="higher_is_better", threshold=TAU)
+    assert decide(_cell(math.log(0.8), 0.01, policy=pol), 0.01, 0.8).kind == "regression"
+    assert decide(_cell(math.log(1.2), 0.01, policy=pol), 0.01, 0.8).kind == "improvement"
+
+
+def test_within_only_never_fails() -> None:
+    v = decide(_cell(math.log(2.0), 0.01, method="within-only"), 0.01, 0.8)
+    assert v.kind == "inconclusive" and "between_run_cv" in v.note
+
+
+def test_verdict_is_frozen() -> None:
+    v = decide(_cell(0.0, 0.01), 0.01, 0.8)
+    with pytest.raises(AttributeError):
+        v.kind = "regression"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("pol", "base", "cur", "kind"), [
+    (Policy("generated_tokens", direction="equal", exact=True), (160, 160), (160,), "unchanged"),
+    (Policy("generated_tokens", direction="equal", exact=True), (160, 160), (159,), "regression"),
+    (Policy("generated_tokens", direction="equal", exact=True), (160,), (161,), "regression"),
+    (Policy("peak_rss_bytes", exact=True), (1000, 1002), (1001,), "unchanged"),
+    (Policy("peak_rss_bytes", exact=True, tolerance=0.1), (1000,), (1090,), "unchanged"),
+    (Policy("peak_rss_bytes", exact=True, tolerance=0.1), (1000,), (1200,), "regression"),
+    (Policy("peak_rss_bytes", exact=True, abs_tolerance=50), (1000,), (900,), "improvement"),
+])
+def test_exact(pol: Policy, base: tuple, cur: tuple, kind: str) -> None:
+    v = decide(Cell("t", pol, None, tuple(map(float, base)), tuple(map(float, cur))), 0.01, 0.8)
+    assert v.kind == kind and v.exact and v.mde is None
+
+
+def test_family_holm_is_at_least_as_powerful_as_bonferroni() -> None:
+    cells = [_cell(math.log(1.10), 0.025), _cell(math.log(1.10), 0.03), _cell(0.0, 0.01)]
+    holm = decide_family(cells, 0.05, 0.8, "holm")
+    bonf = decide_family(cells, 0.05, 0.8, "bonferroni")
+    assert sum(v.failed for v in holm) >= sum(v.failed for v in bonf)
+    assert all(vb.failed <= vh.failed for vh, vb in zip(holm, bonf, strict=False))
+
+
+def _info(tpot: list[float], tokens: int = 155) -> dict:
+    return {"samples": {"tpot_ms": tpot, "itl_ms": tpot * 3}, "median_tpot_ms": float(np.median(tpot)),
+            "generated_tokens": tokens, "cell": {"id": "torch-tiny-llama-float32-b1-p64-n32"}}
+
+
+def _run(tpot: list[float]) -> dict:
+    return {"machine_info": {"perfsuite": {"schema_version": 1, "runner_class": "cpu-x-2c"}}, "benchmarks": [
+        {"name": "test_tpot[torch-tiny-llama-float32-b1-p64-n32]",
+         "fullname": "tests/perf/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]",
+         "stats": {"median": 0.0034}, "extra_info": _info(tpot)}]}
+
+
+def test_gate_session_fails_the_regressed_test_only() -> None:
+    rng = np.random.default_rng(0)
+    base = [_run(list(3.4 * np.exp(rng.normal(rng.normal(0, 0.01), 0.01, 5)))) for _ in range(6)]
+    s = GateSession(base, {"alpha": 0.01, "baseline_runs": 5}, family_size=3)
+    assert len(s.runs) == 5
+    name = "tests/perf/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]"
+    ok = s.check(name, _info(list(3.4 * np.exp(rng.normal(0, 0.01, 5)))))
+    assert {v.metric for v in ok} == {"median_tpot_ms", "generated_tokens"}
+    assert s.failure_message(ok) is None
+    slow = s.check(name, _info(list(3.4 * 1.3 * np.exp(rng.normal(0, 0.01, 5)))))
+    msg = s.failure_message(slow)
+    assert msg is not None and "median_tpot_ms: regression" in msg and "+3" in msg
+    tok = s.check(name, _info(list(3.4 * np.exp(rng.normal(0, 0.01, 5))), tokens=150))
+    assert "generated_tokens: regression" in (s.failure_message(tok) or "")
+    assert s.check("tests/perf/test_latency.py::test_unknown[x]", _info([1.0, 1.0, 1.0])) == []
+    # matched by name when the fullname differs (a different rootdir)
+    assert s.check("other/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]",
+                   _info([3.4] * 5))
+    table = s.summary_table()
+    assert any("REGRESSION" in line for line in table) and any("Holm" in line for line in table)
+
+
+def test_gate_session_family_size_set_later_tightens_alpha() -> None:
+    base = [_run([3.4, 3.41, 3.39, 3.4, 3.42]) for _ in range(3)]
+    s = GateSession(base, parse_config({}), 1)
+    s.family_size = 10  # what the plugin does after collection
+    vs = s.check("tests/perf/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]", _info([3.4] * 5))
+    assert [v.alpha for v in vs if not v.exact] == [pytest.approx(0.001)]
