@@ -54,6 +54,8 @@ def _opt(config: pytest.Config, key: str, default: Any) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     """Before pytest-benchmark builds its session (its configure is trylast)."""
     config.addinivalue_line("markers", "perf: a perfsuite latency benchmark of one cell")
+    from perfsuite import gate
+
     pyproject = cfg.find_pyproject(config.rootpath)
     try:
         conf = cfg.load(pyproject, config.rootpath)
@@ -62,13 +64,14 @@ def pytest_configure(config: pytest.Config) -> None:
         rc, facts = runner_class.detect(device) if device in ("cpu", "cuda") else ("", {})
         update = bool(config.getoption("perf_update_baselines") or os.environ.get("PERFSUITE_UPDATE_BASELINES") == "1"
                       or config.getini("perfsuite_update_baselines"))
+        gate_config = gate.parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
         settings = cfg.resolve(conf, profile=_opt(config, "profile", "smoke"), device=device,
                                backends=_opt(config, "backend", None), models=_opt(config, "model", None),
                                runner_class=override or rc, update_baselines=update)
-    except (cfg.ConfigError, RuntimeError) as exc:
+    except (cfg.ConfigError, gate.PolicyError, RuntimeError) as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     facts["detected_runner_class"] = rc
-    session = PerfSession(settings, facts)
+    session = PerfSession(settings, facts, gate_config=gate_config)
     config.stash[SESSION_KEY] = session
     if config.pluginmanager.hasplugin("benchmark"):
         _configure_benchmark_storage(config, session, explicit_storage=pyproject is None)
@@ -121,11 +124,9 @@ _COMPARE_KEY = pytest.StashKey[Any]()
 
 
 def _setup_gate(session: PerfSession, runs: list[dict[str, Any]]) -> None:
-    try:
-        from perfsuite import gate
-    except ImportError:  # gate not installed in this checkout
-        return
-    session.gate = gate.make_session(session.settings.config.gate, runs)
+    from perfsuite import gate
+
+    session.gate = gate.make_session(session.gate_config, runs)
 
 
 def _after_benchmark_configure(config: pytest.Config, session: PerfSession) -> None:

@@ -17,6 +17,7 @@ class PerfSession:
     settings: Settings
     facts: dict[str, Any]
     baseline_json: Path | None = None  # temp --benchmark-json when recording baselines
+    gate_config: Any = None  # perfsuite.gate.GateConfig from [tool.perfsuite.gate]
     gate: Any = None  # perfsuite.gate.GateSession when comparing
     tokens: dict[str, list[list[int]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -37,7 +38,7 @@ class PerfSession:
         if self.gate is None:
             return
         fullname = nodeid
-        verdicts = self.gate.check(fullname, benchmark.extra_info)
+        verdicts = self.gate.check(fullname, benchmark.extra_info, benchmark.stats.stats.as_dict())
         msg = self.gate.failure_message(verdicts)
         if msg:
             pytest.fail(msg, pytrace=False)

@@ -36,7 +36,6 @@ class TorchBackend:
         # A/A and injected-regression experiments (perfsuite calibrate): extra real work in each decode step,
         # proportional to the step's own duration. 0 = off; never set by the benchmark matrix.
         self.inject = float(os.environ.get(INJECT_ENV, "0") or 0)
-        self._burn = torch.randn(64, 64) if self.inject else None
 
     def availability(self) -> str | None:
         if self.cell.device == "cuda" and not torch.cuda.is_available():
@@ -86,13 +85,18 @@ class TorchBackend:
             self._burn_for(self.inject * (time.perf_counter() - t0))
         return StepResult(tokens, _State(out.past_key_values, nxt))
 
-    def _burn_for(self, seconds: float) -> None:
-        """Real arithmetic (64x64 matmuls) until ``seconds`` have passed: a regression, not an edited number."""
-        assert self._burn is not None
+    @staticmethod
+    def _burn_for(seconds: float) -> int:
+        """Real work on this thread (integer arithmetic) for ``seconds``: a regression, not an edited number.
+
+        Host-side arithmetic rather than torch ops: extra matmuls disturb the intra-op thread pool and slowed the
+        step by 7-23 % for a 5 % request; this adds what is asked (measured +4.6 % / +10.5 % for 0.05 / 0.10).
+        """
         end = time.perf_counter() + seconds
-        x = self._burn
+        n = 0
         while time.perf_counter() < end:
-            x = torch.tanh(x @ self._burn)
+            n += 1
+        return n
 
     def release(self, state: Any) -> None:
         del state

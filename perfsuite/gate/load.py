@@ -1,0 +1,79 @@
+"""Reading run files (pytest-benchmark JSON written by perfsuite) and matching benchmarks across them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from perfsuite import baselines
+
+
+class InputError(Exception):
+    """Unusable input for compare/ab/calibrate; one line naming the file and the fix."""
+
+
+def run_paths(path: Path) -> list[Path]:
+    """A file, or the run files of a storage folder (``NNNN_*.json``, else every ``*.json``), oldest first."""
+    path = Path(path)
+    if path.is_dir():
+        runs = baselines.list_runs(path) or sorted(p for p in path.glob("*.json") if p.is_file())
+        if not runs:
+            raise InputError(f"{path}: no run files (*.json) in this folder; point at a pytest-benchmark JSON file "
+                             "or a baselines/<runner-class>/ folder")
+        return runs
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    return [path]
+
+
+def load_runs(path: Path, runner_class: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
+    """Validated runs (see perfsuite.baselines.read_run); all of one runner class."""
+    paths = run_paths(path)
+    if last:
+        paths = paths[-last:]
+    runs = []
+    for p in paths:
+        try:
+            data = baselines.read_run(p, runner_class)
+        except baselines.BaselineError as exc:
+            raise InputError(str(exc)) from None
+        if not data["benchmarks"]:
+            raise InputError(f"{p}: the 'benchmarks' list is empty (no benchmark ran); re-record the run")
+        data["_path"] = str(p)
+        runs.append(data)
+    classes = {runner_class_of(r) for r in runs}
+    if len(classes) > 1:
+        raise InputError(f"{path}: runs of several runner classes ({', '.join(sorted(map(str, classes)))}); keep "
+                         "one folder per runner class")
+    return runs
+
+
+def runner_class_of(run: Mapping[str, Any]) -> str | None:
+    return (run.get("machine_info") or {}).get("perfsuite", {}).get("runner_class")
+
+
+def short_name(fullname: str) -> str:
+    return fullname.split("::")[-1]
+
+
+def index(runs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """(by fullname, by name) -> benchmark entries, one per run that has it, in run order."""
+    by_full: dict[str, list[dict[str, Any]]] = {}
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for b in run.get("benchmarks", []):
+            by_full.setdefault(b["fullname"], []).append(b)
+            by_name.setdefault(b.get("name") or short_name(b["fullname"]), []).append(b)
+    return by_full, by_name
+
+
+def match(fullname: str, by_full: Mapping[str, list[dict[str, Any]]],
+          by_name: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Baseline entries of one benchmark: by pytest-benchmark ``fullname``, else by ``name``."""
+    return list(by_full.get(fullname) or by_name.get(short_name(fullname)) or [])
+
+
+def cell_id(bench: Mapping[str, Any]) -> str:
+    cell = (bench.get("extra_info") or {}).get("cell") or {}
+    return str(cell.get("id") or "")

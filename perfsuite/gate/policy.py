@@ -1,0 +1,283 @@
+"""``[tool.perfsuite.gate]`` -> frozen dataclasses. Every invalid key or value raises :class:`PolicyError`
+naming the key, what is allowed and the fix. The schema (docs/gate.md has the prose):
+
+.. code-block:: toml
+
+    [tool.perfsuite.gate]
+    alpha = 0.01            # family-wise false-alarm rate over all gated metrics of a session (0 < alpha < 0.5)
+    power = 0.8             # power at which the minimum detectable effect (MDE) is reported
+    baseline_runs = 10      # use the newest N run files of baselines/<runner-class>/ (>= 1; 10 recommended)
+    between_run_cv = 0.02   # optional prior: relative SD of one run's aggregate between processes (calibrate)
+    prior_df = 0            # weight of that prior in pseudo-runs (0 = off unless only one baseline run exists)
+
+    [[tool.perfsuite.gate.policies]]
+    metric = "median_tpot_ms"          # see METRIC_HELP
+    direction = "lower_is_better"      # or "higher_is_better"; default from the metric's name
+    threshold = 0.03                   # relative: fail only if significantly worse AND estimated > 3 % worse
+    tests = ["test_tpot*", "test_e2e*"]  # optional: glob(s) on the test name; default all tests with the metric
+
+    [[tool.perfsuite.gate.policies]]
+    metric = "generated_tokens"
+    exact = true                       # compared exactly; tolerance / abs_tolerance optional
+
+    [tool.perfsuite.gate.overrides."onnxruntime-cpu-*"]   # glob on the cell id (or the test name)
+    threshold = 0.10                   # applies to every policy of matching cells
+    median_ttft_ms = { threshold = 0.2, enabled = true }  # or to one metric only
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+DIRECTIONS = ("lower_is_better", "higher_is_better")
+EXACT_DIRECTIONS = ("lower_is_better", "higher_is_better", "equal")
+_LAT = re.compile(r"^(mean|median|min|p[1-9][0-9]?)_(ttft|tpot|itl|e2el)_ms$")
+_STATS = re.compile(r"^stats\.(min|max|mean|median)$")
+THROUGHPUT = ("output_throughput_tokens_per_s", "prefill_throughput_tokens_per_s")
+EXACT_METRICS = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_reserved_bytes")
+METRIC_HELP = ("{mean,median,min,p<1-99>}_{ttft,tpot,itl,e2el}_ms, output_throughput_tokens_per_s, "
+               "prefill_throughput_tokens_per_s, generated_tokens, peak_rss_bytes, peak_allocated_bytes, "
+               "peak_reserved_bytes, stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
+_WHERE = "[tool.perfsuite.gate]"
+
+
+class PolicyError(ValueError):
+    """Invalid ``[tool.perfsuite.gate]``; the message names the key, the allowed values and the fix."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    metric: str
+    direction: str = "lower_is_better"
+    threshold: float = 0.03
+    exact: bool = False
+    tolerance: float = 0.0  # exact only: relative slack
+    abs_tolerance: float = 0.0  # exact only: absolute slack
+    tests: tuple[str, ...] = ("*",)
+    enabled: bool = True
+
+    def applies_to(self, test_name: str) -> bool:
+        base = test_name.split("::")[-1]
+        return self.enabled and any(fnmatch.fnmatchcase(base, g) or fnmatch.fnmatchcase(test_name, g)
+                                    for g in self.tests)
+
+
+@dataclass(frozen=True)
+class Override:
+    pattern: str
+    common: tuple[tuple[str, Any], ...] = ()
+    per_metric: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    alpha: float = 0.01
+    power: float = 0.8
+    baseline_runs: int = 10
+    between_run_cv: float | None = None
+    prior_df: float = 0.0
+    policies: tuple[Policy, ...] = field(default_factory=lambda: DEFAULT_POLICIES)
+    overrides: tuple[Override, ...] = ()
+
+    def policies_for(self, cell_id: str, test_name: str) -> list[Policy]:
+        """The policies of one benchmark, overrides applied in file order (a later match wins)."""
+        out = []
+        for pol in self.policies:
+            for ov in self.overrides:
+                if fnmatch.fnmatchcase(cell_id, ov.pattern) or fnmatch.fnmatchcase(test_name, ov.pattern):
+                    changes = dict(ov.common)
+                    changes.update(dict(dict(ov.per_metric).get(pol.metric, ())))
+                    if pol.exact:
+                        changes.pop("threshold", None)
+                    else:
+                        changes.pop("tolerance", None)
+                        changes.pop("abs_tolerance", None)
+                    pol = replace(pol, **changes)
+            if pol.applies_to(test_name):
+                out.append(pol)
+        return out
+
+
+DEFAULT_POLICIES: tuple[Policy, ...] = (
+    Policy("median_tpot_ms", threshold=0.03, tests=("test_tpot*",)),
+    Policy("median_ttft_ms", threshold=0.05, tests=("test_ttft*",)),
+    Policy("median_e2el_ms", threshold=0.03, tests=("test_e2e*",)),
+    Policy("generated_tokens", direction="equal", exact=True),
+)
+
+_TOP = {"alpha", "power", "baseline_runs", "between_run_cv", "prior_df", "policies", "overrides"}
+_POLICY = {"metric", "direction", "threshold", "exact", "tolerance", "abs_tolerance", "tests", "enabled"}
+_OVERRIDABLE = {"threshold", "tolerance", "abs_tolerance", "enabled"}
+
+
+def _err(key: str, got: Any, allowed: str, fix: str = "") -> PolicyError:
+    return PolicyError(f"{_WHERE} {key} = {got!r} is invalid; allowed: {allowed}" + (f"; {fix}" if fix else ""))
+
+
+def _number(key: str, v: Any, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False,
+            integer: bool = False) -> float:
+    kind = "an integer" if integer else "a number"
+    ok = isinstance(v, int if integer else (int, float)) and not isinstance(v, bool)
+    if ok:
+        ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+    if not ok:
+        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        raise _err(key, v, f"{kind} in {rng}")
+    return v
+
+
+def _bool(key: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _err(key, v, "true or false")
+    return v
+
+
+def check_metric(key: str, metric: Any) -> str:
+    if not isinstance(metric, str) or not (_LAT.match(metric) or _STATS.match(metric) or metric in THROUGHPUT
+                                           or metric in EXACT_METRICS):
+        import difflib
+
+        names = [f"{s}_{m}_ms" for s in ("mean", "median", "min", "p90", "p99") for m in ("ttft", "tpot", "itl",
+                                                                                         "e2el")]
+        names += [*THROUGHPUT, *EXACT_METRICS, "stats.min", "stats.median", "stats.mean", "stats.max"]
+        close = difflib.get_close_matches(str(metric), names, n=1)
+        fix = f"did you mean {close[0]!r}?" if close else "spell the metric as vLLM/perfsuite names it in extra_info"
+        raise _err(key, metric, METRIC_HELP, fix)
+    return metric
+
+
+def default_direction(metric: str) -> str:
+    return "higher_is_better" if "throughput" in metric else "lower_is_better"
+
+
+def _policy(i: int, raw: Any) -> Policy:
+    where = f"policies[{i}]"
+    if not isinstance(raw, Mapping):
+        raise _err(where, raw, "a table ([[tool.perfsuite.gate.policies]])")
+    unknown = set(raw) - _POLICY
+    if unknown:
+        raise _err(f"{where}.{sorted(unknown)[0]}", raw[sorted(unknown)[0]], f"keys {', '.join(sorted(_POLICY))}",
+                   "remove or rename the key")
+    if "metric" not in raw:
+        raise _err(f"{where}.metric", None, METRIC_HELP, "every policy names its metric")
+    metric = check_metric(f"{where}.metric", raw["metric"])
+    exact = _bool(f"{where}.exact", raw.get("exact", metric in EXACT_METRICS))
+    if metric in EXACT_METRICS and not exact:
+        raise _err(f"{where}.exact", False, "true for " + metric,
+                   "counts and peak memory are deterministic enough to gate exactly (add a tolerance if needed)")
+    allowed_dirs = EXACT_DIRECTIONS if exact else DIRECTIONS
+    default_dir = "equal" if metric == "generated_tokens" else default_direction(metric)
+    direction = raw.get("direction", default_dir)
+    if direction not in allowed_dirs:
+        raise _err(f"{where}.direction", direction, ", ".join(allowed_dirs))
+    if exact and "threshold" in raw:
+        raise _err(f"{where}.threshold", raw["threshold"], "no threshold on an exact metric",
+                   "use tolerance (relative) or abs_tolerance for exact metrics")
+    if not exact and ("tolerance" in raw or "abs_tolerance" in raw):
+        key = "tolerance" if "tolerance" in raw else "abs_tolerance"
+        raise _err(f"{where}.{key}", raw[key], "only with exact = true", "use threshold for statistical metrics")
+    threshold = float(_number(f"{where}.threshold", raw.get("threshold", 0.03), 0.0, 1.0, hi_open=True))
+    tol = float(_number(f"{where}.tolerance", raw.get("tolerance", 0.0), 0.0, 10.0))
+    atol = float(_number(f"{where}.abs_tolerance", raw.get("abs_tolerance", 0.0), 0.0, float("inf")))
+    tests = raw.get("tests", ["*"])
+    if isinstance(tests, str):
+        tests = [tests]
+    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t for t in tests):
+        raise _err(f"{where}.tests", tests, "a non-empty list of test-name globs, e.g. [\"test_tpot*\"]")
+    enabled = _bool(f"{where}.enabled", raw.get("enabled", True))
+    return Policy(metric, direction, threshold, exact, tol, atol, tuple(tests), enabled)
+
+
+def _override_values(where: str, raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    out = []
+    for k, v in raw.items():
+        if k == "threshold":
+            v = float(_number(f"{where}.{k}", v, 0.0, 1.0, hi_open=True))
+        elif k in ("tolerance", "abs_tolerance"):
+            v = float(_number(f"{where}.{k}", v, 0.0, float("inf")))
+        elif k == "enabled":
+            v = _bool(f"{where}.{k}", v)
+        else:
+            raise _err(f"{where}.{k}", v, f"keys {', '.join(sorted(_OVERRIDABLE))} or a metric table",
+                       "remove or rename the key")
+        out.append((k, v))
+    return tuple(out)
+
+
+def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
+    """Parse ``[tool.perfsuite.gate]`` (a mapping as tomllib returns it; empty/None = defaults)."""
+    raw = dict(raw or {})
+    unknown = set(raw) - _TOP
+    if unknown:
+        k = sorted(unknown)[0]
+        raise _err(k, raw[k], f"keys {', '.join(sorted(_TOP))}", "remove or rename the key")
+    alpha = float(_number("alpha", raw.get("alpha", 0.01), 0.0, 0.5, lo_open=True, hi_open=True))
+    power = float(_number("power", raw.get("power", 0.8), 0.5, 1.0, hi_open=True))
+    runs = int(_number("baseline_runs", raw.get("baseline_runs", 10), 1, 10_000, integer=True))
+    cv = raw.get("between_run_cv")
+    if cv is not None:
+        cv = float(_number("between_run_cv", cv, 0.0, 1.0, lo_open=True, hi_open=True))
+    prior_df = float(_number("prior_df", raw.get("prior_df", 0), 0.0, 1000.0))
+    if prior_df > 0 and cv is None:
+        raise _err("prior_df", raw.get("prior_df"), "0 unless between_run_cv is set",
+                   "set between_run_cv (run `perfsuite calibrate` to measure it) or drop prior_df")
+    pols_raw = raw.get("policies")
+    if pols_raw is None:
+        policies = DEFAULT_POLICIES
+    else:
+        if not isinstance(pols_raw, list) or not pols_raw:
+            raise _err("policies", pols_raw, "a non-empty array of tables ([[tool.perfsuite.gate.policies]])")
+        policies = tuple(_policy(i, p) for i, p in enumerate(pols_raw))
+    names = [(p.metric, p.tests) for p in policies]
+    if len(set(names)) != len(names):
+        raise _err("policies", [p.metric for p in policies], "each metric once per test selection",
+                   "merge the duplicate policies or give them disjoint `tests`")
+    ovs_raw = raw.get("overrides", {})
+    if not isinstance(ovs_raw, Mapping):
+        raise _err("overrides", ovs_raw, 'tables [tool.perfsuite.gate.overrides."<cell-id glob>"]')
+    overrides = []
+    for pattern, body in ovs_raw.items():
+        where = f'overrides."{pattern}"'
+        if not isinstance(body, Mapping):
+            raise _err(where, body, "a table of threshold / tolerance / abs_tolerance / enabled or metric tables")
+        common = {k: v for k, v in body.items() if not isinstance(v, Mapping)}
+        per = []
+        for k, v in body.items():
+            if isinstance(v, Mapping):
+                check_metric(f"{where}.{k}", k)
+                if k not in {p.metric for p in policies}:
+                    raise _err(f"{where}.{k}", dict(v), "a metric that has a policy: "
+                               + ", ".join(p.metric for p in policies), "add a policy for it first")
+                per.append((k, _override_values(f"{where}.{k}", v)))
+        overrides.append(Override(str(pattern), _override_values(where, common), tuple(per)))
+    return GateConfig(alpha, power, runs, cv, prior_df, policies, tuple(overrides))
+
+
+def load_config(pyproject: Any = None, **cli: Any) -> GateConfig:
+    """``[tool.perfsuite.gate]`` of ``pyproject`` (default: the perfsuite pyproject.toml above the working
+    directory; none = defaults), with non-None ``cli`` values (alpha, baseline_runs, ...) on top."""
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    from perfsuite.config import find_pyproject
+
+    path = Path(pyproject) if pyproject else find_pyproject(Path.cwd())
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = dict(tomllib.loads(path.read_text(encoding="utf8")).get("tool", {}).get("perfsuite", {})
+                       .get("gate", {}))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise PolicyError(f"{path}: cannot read [tool.perfsuite.gate] ({exc}); fix the file or pass --config"
+                              ) from None
+    raw.update({k: v for k, v in cli.items() if v is not None})
+    return parse_config(raw)
