@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perfsuite.ops import known_gaps, profiles, registry, runner
+    from perfsuite.ops import known_gaps, profiles, registry
     from perfsuite.ops.sweep import SweepConfig, repro, run_sweep
 
     if args.list:

@@ -16,10 +16,12 @@ so that the entry can be deleted (``--strict-fixed`` makes that fail too)::
 
 from __future__ import annotations
 
-import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+
+import tomllib
 
 KEYS = ("op", "backend", "dtype", "shape_class")
 DEFAULT_DIR = Path("baselines") / "known_gaps"
@@ -41,7 +43,7 @@ class Gap:
 
     def matches(self, op: str, backend: str, dtype: str, shape_class: str) -> bool:
         return all("*" in want or got in want for want, got in
-                   zip((self.op, self.backend, self.dtype, self.shape_class), (op, backend, dtype, shape_class)))
+                   zip((self.op, self.backend, self.dtype, self.shape_class), (op, backend, dtype, shape_class), strict=True))
 
     def accepts(self, status: str) -> bool:
         return "*" in self.status or status in self.status

@@ -16,8 +16,9 @@ Shapes come from :mod:`perfsuite.ops.shapes`. Tolerances from :mod:`perfsuite.op
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class Op:
     onnx_post: Callable[[list[np.ndarray], Shape], Any] = lambda outs, s: outs[0]
     onnx_key: Callable[[Shape], tuple] = lambda s: ()  # static attributes that need a new graph
     c: float = 8.0  # tolerance constant
-    compare: Callable[["Op", Any, Ref, str, dict[str, np.ndarray]], Comparison] | None = None
+    compare: Callable[[Op, Any, Ref, str, dict[str, np.ndarray]], Comparison] | None = None
     sdpa: bool = False  # a torch SDPA call: the kernel family is checked with the profiler
     risky: bool = False  # run in a subprocess when isolation is "risky"
     int_inputs: frozenset[str] = frozenset()  # inputs never cast to the float dtype
@@ -400,8 +401,8 @@ def _gqa_onnx(prefill: bool) -> Callable[[Shape, str], Any]:
 
 def _gqa_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.ndarray]:
     q, k, v = i["q"], i["k"], i["v"]
-    b, hq, new, d = q.shape
-    hkv, total = k.shape[1], k.shape[2]
+    b, _, new, _ = q.shape
+    total = k.shape[2]
     past = total - new
 
     def flat(x: np.ndarray) -> np.ndarray:  # [b, h, s, d] -> [b, s, h*d]

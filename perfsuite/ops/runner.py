@@ -93,7 +93,7 @@ class CellResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CellResult":
+    def from_dict(cls, d: dict[str, Any]) -> CellResult:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -256,7 +256,7 @@ def evaluate(op_name: str, backend: str, dtype: str, shape: Shape, seed: int | N
         out, fallback, extra = run_backend(op, backend, dtype, shape, inputs, device, check_kernels)
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:  # noqa: BLE001 - any failure of the backend is a classification
+    except BaseException as exc:
         res.status, res.detail = "unsupported", _short_error(exc)
         if backend == "torch-compile" and "recompile" in str(exc).lower() and "limit" in str(exc).lower():
             res.status = "fallback"  # dynamo would have run this eagerly

@@ -82,7 +82,7 @@ class Shape:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Shape":
+    def from_dict(cls, d: dict[str, Any]) -> Shape:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
     def describe(self) -> str:

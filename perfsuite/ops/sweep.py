@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from perfsuite.ops import registry, runner
 from perfsuite.ops.matrix import Matrix

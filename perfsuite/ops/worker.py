@@ -116,7 +116,7 @@ class Worker:
                 self.proc.wait()
         self._release()
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: Any) -> None:
