@@ -115,8 +115,8 @@ class VllmBackend:
         self._gen: _Gen | None = None
         self._gen_counter = 0
         self._finished_stats: dict[str, Any] = {}  # request id -> vLLM FinishedRequestStats
-        self._last_ours: list[dict[str, float]] | None = None
-        self._last_vllm: list[dict[str, float]] | None = None
+        self._last_ours: list[dict[str, Any]] | None = None
+        self._last_vllm: list[dict[str, Any]] | None = None
         self._info: dict[str, Any] = {}
         self._validation_dir: tempfile.TemporaryDirectory[str] | None = None
 

@@ -92,8 +92,9 @@ def load(path: Path) -> list[Gap]:
                                  "reason, issue")
         if "op" not in entry or "backend" not in entry:
             raise KnownGapsError(f"{where}: needs at least op and backend")
-        gaps.append(Gap(*(_tuple(entry.get(k), k, where) for k in KEYS), status=_tuple(entry.get("status", "*"),
-                        "status", where), reason=str(entry.get("reason", "")), index=i))
+        fields = {k: _tuple(entry.get(k), k, where) for k in KEYS}
+        gaps.append(Gap(**fields, status=_tuple(entry.get("status", "*"), "status", where),  # type: ignore[arg-type]
+                        reason=str(entry.get("reason", "")), index=i))
     return gaps
 
 
@@ -115,12 +116,12 @@ def evaluate(cells: Iterable[dict[str, Any]], gaps: list[Gap]) -> GapReport:
                 exercised.setdefault(g.index, []).append(c["worst"])
         if c["worst"] == "pass":
             continue
-        item = {k: c[k] for k in ("op", "backend", "dtype", "shape_class", "worst", "detail", "repro") if k in c}
-        g = find(gaps, *keys, c["worst"])
-        if g is None:
+        item: dict[str, Any] = {k: c[k] for k in ("op", "backend", "dtype", "shape_class", "worst", "detail", "repro") if k in c}
+        hit = find(gaps, *keys, c["worst"])
+        if hit is None:
             report.new.append(item)
         else:
-            report.known.append({**item, "gap": g.label(), "reason": g.reason})
+            report.known.append({**item, "gap": hit.label(), "reason": hit.reason})
     for g in gaps:
         seen = exercised.get(g.index)
         if seen and all(s == "pass" for s in seen):
@@ -143,5 +144,5 @@ def render(runner_class: str, cells: Iterable[dict[str, Any]]) -> str:
         if c["worst"] == "pass":
             continue
         lines += ["[[gap]]"] + [f"{k} = {_toml_value(c[k])}" for k in KEYS]
-        lines += [f"status = {_toml_value([c['worst']])}", f"reason = {_toml_value(c.get('detail', '')[:300])}", ""]
+        lines += [f"status = {_toml_value((c['worst'],))}", f"reason = {_toml_value(c.get('detail', '')[:300])}", ""]
     return "\n".join(lines)

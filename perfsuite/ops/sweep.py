@@ -91,7 +91,7 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[str], None] | None = None) -
                 for ex in examples.get(cls, []):
                     test = example(ex)(test)
                 test = settings(max_examples=max(cfg.examples, 1), derandomize=cfg.derandomize,
-                                database=cfg.database, deadline=None,
+                                database=cfg.database, deadline=None,  # type: ignore[arg-type]
                                 phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target),
                                 suppress_health_check=list(HealthCheck))(test)
                 test()
