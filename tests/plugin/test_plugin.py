@@ -51,7 +51,7 @@ def test_help_lists_perf_options(pytester):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime-cpu", "vllm"])
 def test_perf_run_is_per_token_and_self_consistent(project, backend):
-    n, g = 6, 4
+    n, g = 8, 4
     p = project(n=n, g=g, backend=backend)
     res = run(p, "--benchmark-json=out.json")
     res.assert_outcomes(passed=3)
@@ -75,11 +75,14 @@ def test_perf_run_is_per_token_and_self_consistent(project, backend):
     for k in range(g):
         parts = s["ttft_ms"][k] + sum(s["itl_ms"][k * (n - 1):(k + 1) * (n - 1)])
         assert parts == pytest.approx(s["e2el_ms"][k], rel=0.02)
-    # Across the three tests (separate rounds, same process): e2e ~ ttft + (n-1) * tpot. n is small so that a
-    # per-generation vs per-token or an n vs n-1 mistake moves the sum by > 20 %; in-process noise is 1-2 %,
-    # but CI neighbours and cache effects between tests add more, hence 20 %.
+    # Across the three tests (separate rounds of one process): e2e ~ ttft + (n-1) * tpot. The bound is a factor
+    # of 2 because this VM switches between a fast and a slow mode for seconds at a time (per-generation TPOT of
+    # tiny-llama 1.8 vs 3.3 ms inside one process: benchmarks/data/gate_corpus 0006, 0028), so two tests of one
+    # process can differ by ~1.8x; a 20 % bound failed 1 run in ~5 here. A factor of 2 still catches a unit slip
+    # (x1000) and per-generation vs per-token timing (x7 at n = 8); an n vs n-1 slip is caught exactly by the
+    # round and token counts above.
     predicted = ttft["stats"]["median"] + (n - 1) * tpot["stats"]["median"]
-    assert e2e["stats"]["median"] == pytest.approx(predicted, rel=0.20)
+    assert predicted / 2 < e2e["stats"]["median"] < predicted * 2
     if backend == "vllm":
         # Our per-request TPOT against vLLM's own (last_token_ts - first_token_ts) / (n - 1), same generation:
         # both time the same engine steps, measured agreement 0.1 %; 2 % allows a busy CI neighbour.
