@@ -151,7 +151,10 @@ def test_bad_options_and_config_are_usage_errors(project):
 
 def test_unavailable_backend_skips_with_reason(project):
     p = project()
+    # No GPU here: without an explicit runner class there is nothing to fingerprint (a usage error) ...
+    res = run(p, "--perf-device", "cuda")
+    assert res.ret == 4 and "sees no GPU" in res.stderr.str()
+    # ... with one, every cell is skipped with the backend's own reason.
     res = run(p, "--perf-device", "cuda", "--perf-runner-class", "cuda-test", "-rs")
-    # No GPU here: the runner class cannot be detected without one, but an explicit class lets cells skip.
-    out = res.stdout.str() + res.stderr.str()
-    assert "sees no GPU" in out
+    res.assert_outcomes(skipped=3)
+    assert "sees no GPU: torch.cuda.is_available() is False" in res.stdout.str()
