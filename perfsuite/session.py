@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from perfsuite.cells import Cell
 from perfsuite.config import Settings
 
 
@@ -19,7 +18,6 @@ class PerfSession:
     baseline_json: Path | None = None  # temp --benchmark-json when recording baselines
     gate_config: Any = None  # perfsuite.gate.GateConfig from [tool.perfsuite.gate]
     gate: Any = None  # perfsuite.gate.GateSession when comparing
-    tokens: dict[str, list[list[int]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -29,9 +27,6 @@ class PerfSession:
     @property
     def baseline_dir(self) -> Path:
         return self.settings.config.baselines_dir / self.runner_class
-
-    def record_tokens(self, cell: Cell, tokens: list[list[int]]) -> None:
-        self.tokens[cell.id] = tokens
 
     def gate_check(self, nodeid: str, benchmark: Any) -> None:
         """Fail the calling test itself when the gate finds a significant regression beyond its threshold."""
