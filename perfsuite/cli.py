@@ -8,6 +8,7 @@ import pkgutil
 import sys
 
 import perfsuite.commands
+from perfsuite.errors import UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
