@@ -42,6 +42,10 @@ class Profile:
     attn_implementations: tuple[str, ...] = ("sdpa",)
     warmup_generations: int = 1  # untimed generations before the timed ones, per test
     generations: int = 5  # timed generations per test (TTFT/E2E rounds; TPOT rounds = generations * (n - 1))
+    # Fresh worker processes that each measure a cell (the unit of the gate); 0 = in the pytest process.
+    worker_processes: int = 10
+    # Per-backend override, e.g. {"vllm": 2}: engines that take seconds to start use fewer.
+    worker_processes_by_backend: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,12 @@ class Settings:
     update_baselines: bool
     backends: tuple[str, ...]
     models: tuple[str, ...]
+    workers: int | None = None  # --perf-workers: overrides the profile for every backend
+
+    def workers_for(self, backend: str) -> int:
+        if self.workers is not None:
+            return self.workers
+        return dict(self.profile.worker_processes_by_backend).get(backend, self.profile.worker_processes)
 
     def cells(self) -> list[Cell]:
         p = self.profile
@@ -186,9 +196,18 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
             v = pr["tensor_parallel_sizes"]
             _expect(isinstance(v, list) and bool(v), f"{_where(sec, 'tensor_parallel_sizes')} must be a list of integers")
             kw["tensor_parallel_sizes"] = tuple(_pos_int(sec, "tensor_parallel_sizes", t) for t in v)
-        for k in ("warmup_generations", "generations"):
+        for k in ("warmup_generations", "generations", "worker_processes"):
             if k in pr:
-                kw[k] = _pos_int(sec, k, pr[k], minimum=0 if k.startswith("warmup") else 1)
+                kw[k] = _pos_int(sec, k, pr[k], minimum=1 if k == "generations" else 0)
+        if "worker_processes_by_backend" in pr:
+            v = pr["worker_processes_by_backend"]
+            _expect(isinstance(v, Mapping), f"{_where(sec, 'worker_processes_by_backend')} must be a table "
+                                            "backend = processes, e.g. { vllm = 2 }")
+            for b in v:
+                _expect(b in known_backends(), f"{_where(sec, 'worker_processes_by_backend')}: {b!r} is not one of "
+                                               f"{', '.join(known_backends())}")
+            kw["worker_processes_by_backend"] = tuple(sorted(
+                (b, _pos_int(sec, f"worker_processes_by_backend.{b}", n, minimum=0)) for b, n in v.items()))
         profiles[name] = Profile(name, **kw)
     opts = raw.get("backend_options", {})
     _unknown("backend_options", set(opts), set(known_backends()))
@@ -217,7 +236,7 @@ def pick(cli: Any, env_name: str, ini: Any, default: Any) -> Any:
 
 
 def resolve(config: PerfConfig, *, profile: str, device: str, backends: str | None, models: str | None,
-            runner_class: str, update_baselines: bool) -> Settings:
+            runner_class: str, update_baselines: bool, workers: str | int | None = None) -> Settings:
     from perfsuite import models as model_registry
     from perfsuite.backends import known_backends
 
@@ -233,4 +252,12 @@ def resolve(config: PerfConfig, *, profile: str, device: str, backends: str | No
     for m in md:
         _expect(model_registry.known_model(m),
                 f"--perf-model {m!r}: unknown model; use {model_registry.describe_models()}")
-    return Settings(config, prof, device, runner_class, update_baselines, bk, md)
+    w: int | None = None
+    if workers not in (None, ""):
+        try:
+            w = int(str(workers))
+        except ValueError:
+            w = -1
+        _expect(w >= 0, f"--perf-workers {workers!r}: use a whole number of worker processes >= 0 (0 = measure in "
+                        "the pytest process)")
+    return Settings(config, prof, device, runner_class, update_baselines, bk, md, w)

@@ -2,9 +2,11 @@
 
 Path from an option to a verdict: ``pytest_addoption`` -> ``pytest_configure`` resolves :class:`Settings`
 (config.py) and the runner class, points pytest-benchmark's storage at ``baselines/<runner-class>/`` ->
-``pytest_generate_tests`` parametrizes ``perf_cell`` with the profile's cells -> the ``perf`` fixture builds
-the backend -> harness.PerfRun measures and gates -> ``pytest_sessionfinish`` records a baseline, atomically,
-only when asked and only if the whole run passed.
+``pytest_generate_tests`` parametrizes ``perf_cell`` with the profile's cells -> the first ``perf`` fixture has
+every selected cell measured in fresh worker processes (harness.measure_plan; the workers time, this process
+only spawns, orders and collects) -> harness.PerfRun records the workers' rounds in pytest-benchmark and asks the
+gate (perfsuite.gate) for a verdict -> ``pytest_sessionfinish`` records a baseline, atomically, only when asked
+and only if the whole run passed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ _OPTIONS = (
     ("--perf-profile", "profile", "smoke | pr | nightly (default: smoke)"),
     ("--perf-device", "device", "cpu | cuda; a ROCm GPU is 'cuda' in torch (default: cpu)"),
     ("--perf-runner-class", "runner_class", "override the detected runner class that names the baseline folder"),
+    ("--perf-workers", "workers", "fresh worker processes per cell (0 = measure in the pytest process; default: "
+                                  "the profile's worker_processes)"),
 )
 
 
@@ -43,6 +46,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="record this run as a new baseline in baselines/<runner-class>/ (atomic; written only if "
                          "every test passed). Env PERFSUITE_UPDATE_BASELINES=1, ini perfsuite_update_baselines.")
     parser.addini("perfsuite_update_baselines", "record a new baseline", type="bool", default=False)
+    group.addoption("--perf-fail-on-inconclusive", dest="perf_fail_on_inconclusive", action="store_true",
+                    default=None, help="with --benchmark-compare: fail a test whose gate verdict is inconclusive "
+                    "(default: a warning naming the MDE and the `perfsuite ab` command that would settle it). Env "
+                    "PERFSUITE_FAIL_ON_INCONCLUSIVE=1, ini perfsuite_fail_on_inconclusive.")
+    parser.addini("perfsuite_fail_on_inconclusive", "fail inconclusive gate verdicts", type="bool", default=False)
+
+
+def _flag(config: pytest.Config, key: str) -> bool:
+    return bool(config.getoption(f"perf_{key}") or os.environ.get(f"PERFSUITE_{key.upper()}") == "1"
+                or config.getini(f"perfsuite_{key}"))
 
 
 def _opt(config: pytest.Config, key: str, default: Any) -> Any:
@@ -67,16 +80,20 @@ def pytest_configure(config: pytest.Config) -> None:
             if not override:  # no GPU to fingerprint: only an explicit class lets the cells run (and skip)
                 raise
             rc, facts = "", {"device": device, "gpu": "none detected"}
-        update = bool(config.getoption("perf_update_baselines") or os.environ.get("PERFSUITE_UPDATE_BASELINES") == "1"
-                      or config.getini("perfsuite_update_baselines"))
+        update = _flag(config, "update_baselines")
+        from perfsuite.backends import inject
+
+        inject.fraction_from_env()  # a malformed calibration knob is a usage error before anything runs
         gate_config = gate.parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
         settings = cfg.resolve(conf, profile=_opt(config, "profile", "smoke"), device=device,
                                backends=_opt(config, "backend", None), models=_opt(config, "model", None),
-                               runner_class=override or rc, update_baselines=update)
-    except (cfg.ConfigError, gate.PolicyError, RuntimeError) as exc:
+                               runner_class=override or rc, update_baselines=update,
+                               workers=_opt(config, "workers", None))
+    except (cfg.ConfigError, gate.PolicyError, RuntimeError, ValueError) as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     facts["detected_runner_class"] = rc
-    session = PerfSession(settings, facts, gate_config=gate_config)
+    session = PerfSession(settings, facts, gate_config=gate_config,
+                          fail_on_inconclusive=_flag(config, "fail_on_inconclusive"))
     config.stash[SESSION_KEY] = session
     if config.pluginmanager.hasplugin("benchmark"):
         _configure_benchmark_storage(config, session, explicit_storage=pyproject is None)
@@ -173,50 +190,57 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("perf_cell", cells, ids=[c.id for c in cells], scope="module")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None and session.gate is not None:
-        session.gate.family_size = sum(1 for i in items if "perf_cell" in getattr(i, "fixturenames", ()))
-
-
 @pytest.fixture(scope="session")
 def perf_session(pytestconfig: pytest.Config) -> PerfSession:
     return pytestconfig.stash[SESSION_KEY]
 
 
-@pytest.fixture(scope="module")
-def perf_backend(perf_session: PerfSession, perf_cell: Any) -> Iterator[Any]:
-    """The loaded backend of one cell; closed before the next cell's backend is built."""
-    import dataclasses
+@pytest.fixture(scope="session")
+def perf_measurements(request: pytest.FixtureRequest, perf_session: PerfSession) -> dict[str, Any]:
+    """Every selected cell, measured once per session in worker processes, in a random interleaved order."""
+    from perfsuite import harness
 
-    from perfsuite import models
-    from perfsuite.backends import create
+    plan = harness.plan_from_items(request.session.items)
+    config = request.config
+    bs = getattr(config, "_benchmarksession", None)
+    once = bool(bs is not None and bs.disabled)
+    cprofile = bool(bs is not None and bs.options.get("cprofile"))
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    total_w = sum(1 if once else perf_session.settings.workers_for(c.backend) or 1 for c in plan.cells)
 
-    backend = create(perf_cell)
-    reason = backend.availability()
-    if reason:
-        pytest.skip(f"{perf_cell.backend}: {reason}")
-    try:
-        resolved = models.resolve(perf_cell.model, perf_session.settings.config.cache_dir)
-    except models.ModelError as exc:
-        pytest.fail(f"perfsuite: {exc}", pytrace=False)
-    backend.cell = dataclasses.replace(perf_cell, model_dir=resolved.path)  # type: ignore[attr-defined]
-    backend.load()
-    try:
-        yield backend
-    finally:
-        backend.close()
+    def say(line: str) -> None:
+        if tr is None:
+            return
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.write_line(line)
+        else:
+            tr.write_line(line)
+
+    def progress(n: int, total: int, cell_id: str, pr: Any) -> None:
+        say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {harness.describe_process(pr)}")
+
+    say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
+        + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
+    results = harness.measure_plan(perf_session, plan, once=once, cprofile=cprofile, progress=progress)
+    if perf_session.gate is not None:
+        perf_session.gate.set_family(request.session.items, results)
+    return results
 
 
 @pytest.fixture
-def perf(perf_session: PerfSession, perf_backend: Any) -> Any:
-    from perfsuite import models
+def perf(perf_session: PerfSession, perf_measurements: dict[str, Any], perf_cell: Any) -> Any:
     from perfsuite.harness import PerfRun
 
-    cell = perf_backend.cell
-    vocab = models.resolve(cell.model, perf_session.settings.config.cache_dir, materialize=False).vocab_size
-    sc = cell.scenario
-    return PerfRun(perf_session, cell, perf_backend, models.prompts(sc.batch_size, sc.prompt_tokens, vocab, cell.seed))
+    res = perf_measurements.get(perf_cell.id)
+    if res is None:  # pragma: no cover - every collected cell is planned
+        pytest.fail(f"perfsuite: {perf_cell.id} was not measured", pytrace=False)
+    if res.skip:
+        pytest.skip(res.skip)
+    if res.error:
+        pytest.fail(f"perfsuite: {perf_cell.id}: {res.error}\n{res.detail}", pytrace=False)
+    return PerfRun(perf_session, perf_cell, res)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
