@@ -53,7 +53,7 @@ def test_durations(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["soon", "2 weeks", "-5s", "0", "5x"])
 def test_bad_duration(text: str) -> None:
-    with pytest.raises(UsageError, match="duration|longer than 0"):
+    with pytest.raises(UsageError, match=r"duration|longer than 0"):
         parse_duration(text)
 
 
