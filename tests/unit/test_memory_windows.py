@@ -50,8 +50,9 @@ def test_peak_without_proc_or_resource_uses_psutil(psutil_mod, no_resource: None
     assert perfsuite.memory.reset_peak_rss() is False  # not resettable there: said, not faked
 
 
-def test_ort_backend_module_imports_without_resource(no_resource: None) -> None:
+def test_ort_backend_module_imports_without_resource(no_resource: None, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("onnxruntime")
-    sys.modules.pop("perfsuite.backends.onnxruntime.backend", None)
+    # re-imported fresh; the fixture's undo puts the original module object back for the other tests
+    monkeypatch.delitem(sys.modules, "perfsuite.backends.onnxruntime.backend", raising=False)
     mod = importlib.import_module("perfsuite.backends.onnxruntime.backend")
     assert mod.memory is perfsuite.memory
