@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,12 +55,30 @@ class Cell:
     def option(self, key: str, default: Any = None) -> Any:
         return dict(self.options).get(key, default)
 
+    def identity(self) -> dict[str, Any]:
+        """What changes the timed workload but is not in :attr:`id`: the backend options that change what runs
+        (perfsuite.backends.options marks diagnostics-only ones), the device and the seed of the prompts."""
+        from perfsuite.backends.options import workload_items
+
+        return {"options": workload_items(self.backend, dict(self.options)), "device": self.device, "seed": self.seed}
+
+    @property
+    def options_hash(self) -> str:
+        """12 hex digits over :meth:`identity`: two runs of one cell id compare only if their hashes agree.
+
+        Options are hashed as given: ``io_binding = false`` written out and left to its default hash differently,
+        which refuses a comparison that would have been valid rather than allowing one that is not.
+        """
+        blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["scenario"] = asdict(self.scenario)
         d["options"] = dict(self.options)
         d["model_dir"] = str(self.model_dir) if self.model_dir else None
         d["id"] = self.id
+        d["options_hash"] = self.options_hash
         return d
 
 
