@@ -140,8 +140,12 @@ class SuiteLock:
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
             return self
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise PreflightError(f"cannot create the suite lock {self.path} ({exc.strerror}); set XDG_RUNTIME_DIR "
+                                 "or TMPDIR to a writable folder") from None
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:

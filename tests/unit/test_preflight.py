@@ -160,3 +160,9 @@ def test_check_load_refuses_past_the_threshold(spinner):
     assert not verdict.ok and "cores used outside this run (allowed 0.00)" in verdict.message()
     assert "Stop the other work" in verdict.message()
     assert pf.check_load(pf.LoadPolicy(max_other_cores=64, max_steal_cores=64, interval_s=0.1)).ok
+
+
+def test_unusable_lock_folder_is_a_preflight_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(pf.PreflightError, match=r"cannot create the suite lock .* set XDG_RUNTIME_DIR or TMPDIR"):
+        pf.SuiteLock(exclusive=True, directory=tmp_path / "file" / "lock").acquire()
