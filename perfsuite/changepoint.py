@@ -33,6 +33,7 @@ Pure numpy; no I/O. ``perfsuite.history`` feeds it series and names the commits.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -125,7 +126,7 @@ def e_divisive(values: Sequence[float], *, max_pvalue: float = DEFAULT_MAX_PVALU
     bounds = [0, z.size]
     found: list[ChangePoint] = []
     while True:
-        segs = list(zip(bounds[:-1], bounds[1:]))
+        segs = list(itertools.pairwise(bounds))
         best = [_best_split(z[s:e], min_size, a) for s, e in segs]
         j = max(range(len(segs)), key=lambda i: best[i][1])
         tau, q = best[j]

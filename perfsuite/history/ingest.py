@@ -139,7 +139,7 @@ def _parse_run(path: Path, data: dict[str, Any], sha: str) -> Parsed:
                dirty=ci.get("dirty"), versions=versions, machine=machine)
     for b in data["benchmarks"]:
         info = b.get("extra_info") or {}
-        cell = info.get("cell") if isinstance(info.get("cell"), Mapping) else {}
+        cell: Mapping[str, Any] = info["cell"] if isinstance(info.get("cell"), Mapping) else {}
         cell_id = cell.get("id") or b.get("param")
         if not isinstance(cell_id, str) or not cell_id:
             raise HistoryError(f"{path}: benchmark {b.get('name')!r} names no cell (extra_info.cell.id); {_FIX}")
@@ -169,10 +169,10 @@ def _parse_ab(path: Path, data: Any, sha: str, runner_class: str | None) -> Pars
     if not isinstance(rc, str) or not rc:
         raise HistoryError(f"{path}: an A/B result that names no runner class; pass --runner-class (the machine "
                            "it ran on)")
-    b = doc.get("b") if isinstance(doc.get("b"), Mapping) else {}
+    b: Mapping[str, Any] = doc["b"] if isinstance(doc.get("b"), Mapping) else {}
     when = doc.get("datetime") or doc.get("finished") or doc.get("started")
-    run_time = _utc(when, path) if when else dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat(
-        timespec="microseconds")
+    mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
+    run_time = _utc(when, path) if when else mtime.isoformat(timespec="microseconds")
     p = Parsed(path, "ab", sha, rc, run_time, profile=doc.get("profile"),
                commit_id=b.get("commit") or doc.get("commit"), payload=json.dumps(doc, sort_keys=True))
     for v in verdicts:
