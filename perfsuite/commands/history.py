@@ -181,35 +181,17 @@ def _export(db: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def analyse(db: Any, args: argparse.Namespace) -> tuple[list[Any], list[str]]:
-    """(findings, notes) for the selected series; shared with ``perfsuite report``."""
+def _changepoints(db: Any, args: argparse.Namespace) -> int:
     from perfsuite.history import query
 
     if args.min_size < 2:
         raise UsageError("--min-size must be >= 2")
     if not 0 < args.max_pvalue < 1:
         raise UsageError("--max-pvalue must be between 0 and 1")
-    filters = {"runner_class": args.runner_class, "cell": args.cell, "metric": args.metric}
-    keys = (query.series_keys(db, names=args.name, **filters) if args.name else query.primary_keys(db, **filters))
-    findings, notes = [], []
-    for key in keys:
-        try:
-            found = query.find_changes(db, key, window=args.window, max_pvalue=args.max_pvalue,
-                                       permutations=args.permutations, min_size=args.min_size)
-        except cpd.SeriesTooShort as exc:
-            notes.append(f"{key.runner_class} {key.label()}: too short for detection: {exc}")
-            continue
-        for f in found:
-            if args.new_within is not None and f.since > args.new_within:
-                continue
-            if abs(f.change.change) < args.min_change:
-                continue
-            findings.append(f)
-    return findings, notes
-
-
-def _changepoints(db: Any, args: argparse.Namespace) -> int:
-    findings, notes = analyse(db, args)
+    findings, notes = query.analyse(db, runner_class=args.runner_class, cell=args.cell, metric=args.metric,
+                                    names=args.name, window=args.window, new_within=args.new_within,
+                                    min_change=args.min_change, max_pvalue=args.max_pvalue,
+                                    permutations=args.permutations, min_size=args.min_size)
     for n in notes:
         print(n)
     for f in findings:

@@ -144,6 +144,26 @@ def find_changes(db: History, key: SeriesKey, *, window: int | None = 200, **det
                     cell.get("backend"), cell.get("model")) for c in cps]
 
 
+def analyse(db: History, *, runner_class: str | None = None, cell: str | None = None, metric: str | None = None,
+            names: Sequence[str] | None = None, window: int | None = 200, new_within: int | None = None,
+            min_change: float = 0.0, **detect: Any) -> tuple[list[Finding], list[str]]:
+    """(findings, notes) over the selected series (default: each test's headline metric). A series too short
+    for detection becomes a note that says how many points it needs."""
+    filters = {"runner_class": runner_class, "cell": cell, "metric": metric}
+    keys = series_keys(db, names=names, **filters) if names else primary_keys(db, **filters)
+    findings: list[Finding] = []
+    notes: list[str] = []
+    for key in keys:
+        try:
+            found = find_changes(db, key, window=window, **detect)
+        except cpd.SeriesTooShort as exc:
+            notes.append(f"{key.runner_class} {key.label()}: too short for detection: {exc}")
+            continue
+        findings += [f for f in found if (new_within is None or f.since <= new_within)
+                     and abs(f.change.change) >= min_change]
+    return findings, notes
+
+
 def runs(db: History, *, runner_class: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
     sql = ("SELECT r.id, r.kind, r.runner_class, r.profile, r.commit_id, r.run_time, r.source, "
            "(SELECT count(*) FROM results s WHERE s.run_id = r.id) AS results, "
