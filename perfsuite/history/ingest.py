@@ -215,6 +215,28 @@ def _dumps(v: Any) -> str | None:
     return None if v is None else json.dumps(v, sort_keys=True, default=str)
 
 
+def _id(conn: Any, table: str, cols: tuple[str, ...], key: tuple[Any, ...], extra: dict[str, Any] | None = None) -> int:
+    """The id of the row with ``cols == key`` in ``table``, inserted (with ``extra`` columns) if missing."""
+    where = " AND ".join(f"{c} = ?" for c in cols)
+    row = conn.execute(f"SELECT id FROM {table} WHERE {where}", key).fetchone()
+    if row:
+        return int(row[0])
+    names = (*cols, *(extra or {}))
+    cur = conn.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                       (*key, *(extra or {}).values()))
+    return int(cur.lastrowid or 0)
+
+
+def _per_generation(samples: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
+    """The samples worth keeping: per generation (TTFT, TPOT, E2E), 6 significant digits. Per-decode-step ITL
+    lists are hundreds of values a run; their aggregates (mean/median/p90/p99_itl_ms) are points already."""
+    if not samples:
+        return None
+    out = {k: [float(f"{x:.6g}") for x in v if _num(x) is not None] for k, v in samples.items()
+           if k != "itl_ms" and isinstance(v, list)}
+    return out or None
+
+
 def ingest(db: History, paths: Sequence[Path], *, runner_class: str | None = None) -> IngestReport:
     """Add the runs in ``paths`` (all or nothing). A database pinned to a runner class refuses any other."""
     pinned = db.meta("runner_class")
@@ -226,6 +248,7 @@ def ingest(db: History, paths: Sequence[Path], *, runner_class: str | None = Non
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     added: list[tuple[Path, int]] = []
     dups: list[tuple[Path, int]] = []
+    series_ids: dict[tuple[str, str, str, str], int] = {}
     with db.write() as conn:
         if runner_class and not pinned and not conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone():
             conn.execute("INSERT INTO meta (key, value) VALUES ('runner_class', ?)", (runner_class,))
@@ -241,17 +264,22 @@ def ingest(db: History, paths: Sequence[Path], *, runner_class: str | None = Non
                  None if p.dirty is None else int(bool(p.dirty)), p.run_time, _dumps(p.versions),
                  _dumps(p.machine), str(p.path), now, p.payload))
             run_id = int(cur.lastrowid or 0)
+            epoch = dt.datetime.fromisoformat(p.run_time).timestamp()
             for r in p.results:
+                cell_ref = _id(conn, "cells", ("cell_id",), (r.cell_id,), {"cell": _dumps(r.cell)})
                 rc = conn.execute(
-                    "INSERT INTO results (run_id, test, cell_id, metric, cell, samples, measured_by) "
-                    "VALUES (?,?,?,?,?,?,?)",
-                    (run_id, r.test, r.cell_id, r.metric, _dumps(r.cell), _dumps(r.samples), _dumps(r.measured_by)))
+                    "INSERT INTO results (run_id, test, cell, metric, samples, measured_by) VALUES (?,?,?,?,?,?)",
+                    (run_id, r.test, cell_ref, r.metric, _dumps(_per_generation(r.samples)), _dumps(r.measured_by)))
                 rid = int(rc.lastrowid or 0)
-                conn.executemany(
-                    "INSERT INTO points (result_id, run_id, runner_class, cell_id, metric, name, process, value, "
-                    "run_time) VALUES (?,?,?,?,?,?,?,?,?)",
-                    [(rid, run_id, p.runner_class, r.cell_id, r.metric, n, proc, v, p.run_time)
-                     for n, proc, v in r.points])
+                rows = []
+                for name, proc, value in r.points:
+                    key = (p.runner_class, r.cell_id, r.metric, name)
+                    sid = series_ids.get(key)
+                    if sid is None:
+                        sid = series_ids[key] = _id(conn, "series", ("runner_class", "cell_id", "metric", "name"), key)
+                    rows.append((sid, run_id, rid, proc, value, epoch))
+                conn.executemany("INSERT INTO points (series, run_id, result_id, process, value, run_time) "
+                                 "VALUES (?,?,?,?,?,?)", rows)
             for i, v in enumerate(p.verdicts):
                 ratio = _num(v.get("ratio"))
                 conn.execute("INSERT INTO ab_verdicts (run_id, position, test, metric, verdict, ratio, payload) "

@@ -11,6 +11,8 @@ from typing import Any
 from perfsuite import changepoint as cpd
 from perfsuite.history.store import History
 
+_SERIES = "SELECT id FROM series WHERE runner_class = ? AND cell_id = ? AND metric = ? AND name = ?"
+
 # The series that change-point detection watches by default: each test's own headline metric.
 PRIMARY = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "e2el": "median_e2el_ms"}
 
@@ -95,7 +97,7 @@ def _short(commit: str | None) -> str:
 
 def series_keys(db: History, *, runner_class: str | None = None, cell: str | None = None,
                 metric: str | None = None, names: Sequence[str] | None = None) -> list[SeriesKey]:
-    sql = "SELECT DISTINCT runner_class, cell_id, metric, name FROM points WHERE process = -1"
+    sql = "SELECT runner_class, cell_id, metric, name FROM series WHERE 1"
     params: list[Any] = []
     for col, val in (("runner_class", runner_class), ("cell_id", cell), ("metric", metric)):
         if val:
@@ -114,22 +116,22 @@ def primary_keys(db: History, **filters: Any) -> list[SeriesKey]:
 def points(db: History, key: SeriesKey, *, last: int | None = None) -> list[Point]:
     """The run-level values of one series, oldest first (by the run's time, then ingest order)."""
     rows = db.query(
-        "SELECT p.run_id, p.run_time, r.commit_id, p.value FROM points p JOIN runs r ON r.id = p.run_id "
-        "WHERE p.runner_class = ? AND p.cell_id = ? AND p.metric = ? AND p.name = ? AND p.process = -1 "
-        "ORDER BY p.run_time, p.run_id", (key.runner_class, key.cell_id, key.metric, key.name))
+        "SELECT p.run_id, r.run_time, r.commit_id, p.value FROM points p JOIN runs r ON r.id = p.run_id "
+        f"WHERE p.series = ({_SERIES}) AND p.process = -1 ORDER BY p.run_time, p.run_id",
+        (key.runner_class, key.cell_id, key.metric, key.name))
     out = [Point(int(r[0]), r[1], r[2], float(r[3])) for r in rows]
     return out[-last:] if last else out
 
 
 def process_values(db: History, key: SeriesKey, run_id: int) -> list[float]:
-    rows = db.query("SELECT value FROM points WHERE run_id = ? AND cell_id = ? AND metric = ? AND name = ? AND "
-                    "process >= 0 ORDER BY process", (run_id, key.cell_id, key.metric, key.name))
+    rows = db.query(f"SELECT value FROM points WHERE run_id = ? AND series = ({_SERIES}) AND process >= 0 "
+                    "ORDER BY process", (run_id, key.runner_class, key.cell_id, key.metric, key.name))
     return [float(r[0]) for r in rows]
 
 
 def _cell_facts(db: History, key: SeriesKey, run_id: int) -> tuple[str | None, dict[str, Any]]:
-    rows = db.query("SELECT r.profile, s.cell FROM runs r JOIN results s ON s.run_id = r.id WHERE r.id = ? AND "
-                    "s.cell_id = ? LIMIT 1", (run_id, key.cell_id))
+    rows = db.query("SELECT r.profile, c.cell FROM runs r JOIN results s ON s.run_id = r.id JOIN cells c ON "
+                    "c.id = s.cell WHERE r.id = ? AND c.cell_id = ? LIMIT 1", (run_id, key.cell_id))
     if not rows:
         return None, {}
     return rows[0][0], json.loads(rows[0][1] or "{}")
@@ -195,11 +197,12 @@ def ab_verdicts(db: History, *, last_runs: int = 1) -> list[dict[str, Any]]:
 
 def export_rows(db: History, *, runner_class: str | None = None) -> list[dict[str, Any]]:
     """Every point with its run's facts: one flat row each (for CSV / JSON lines)."""
-    sql = ("SELECT p.runner_class, p.cell_id, p.metric, p.name, p.process, p.value, p.run_time, r.commit_id, "
-           "r.profile, r.kind, r.sha256, r.versions FROM points p JOIN runs r ON r.id = p.run_id")
+    sql = ("SELECT s.runner_class, s.cell_id, s.metric, s.name, p.process, p.value, r.run_time, r.commit_id, "
+           "r.profile, r.kind, r.sha256, r.versions FROM points p JOIN runs r ON r.id = p.run_id "
+           "JOIN series s ON s.id = p.series")
     params: tuple[Any, ...] = ()
     if runner_class:
-        sql += " WHERE p.runner_class = ?"
+        sql += " WHERE s.runner_class = ?"
         params = (runner_class,)
-    sql += " ORDER BY p.runner_class, p.cell_id, p.metric, p.name, p.run_time, p.run_id, p.process"
+    sql += " ORDER BY s.runner_class, s.cell_id, s.metric, s.name, p.run_time, p.run_id, p.process"
     return [dict(r) for r in db.query(sql, params)]

@@ -39,27 +39,35 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             machine TEXT NOT NULL,              -- JSON machine facts (machine_info.perfsuite, CPU, Python)
             source TEXT,
             ingested_at TEXT NOT NULL)""",
+        """CREATE TABLE cells (
+            id INTEGER PRIMARY KEY,
+            cell_id TEXT NOT NULL UNIQUE,       -- e.g. torch-tiny-llama-float32-b1-p64-n32
+            cell TEXT NOT NULL)                 -- JSON Cell.as_dict() as first seen""",
         """CREATE TABLE results (
             id INTEGER PRIMARY KEY,
             run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
             test TEXT NOT NULL,                 -- pytest-benchmark name, e.g. test_tpot[<cell id>]
-            cell_id TEXT NOT NULL,
+            cell INTEGER NOT NULL REFERENCES cells(id),
             metric TEXT NOT NULL,               -- the test's metric: ttft | tpot | e2el
-            cell TEXT NOT NULL,                 -- JSON Cell.as_dict()
-            samples TEXT,                       -- JSON {name: [values]} as the run recorded them
+            samples TEXT,                       -- JSON {name: [values]}: the per-generation samples
             measured_by TEXT,                   -- JSON, when the run says how it was measured
             UNIQUE (run_id, test))""",
-        """CREATE TABLE points (
-            result_id INTEGER NOT NULL REFERENCES results(id) ON DELETE CASCADE,
-            run_id INTEGER NOT NULL,
+        """CREATE TABLE series (
+            id INTEGER PRIMARY KEY,
             runner_class TEXT NOT NULL,
             cell_id TEXT NOT NULL,
             metric TEXT NOT NULL,
             name TEXT NOT NULL,                 -- vLLM's name: median_tpot_ms, output_throughput_tokens_per_s, ...
+            UNIQUE (runner_class, cell_id, metric, name))""",
+        """CREATE TABLE points (
+            series INTEGER NOT NULL REFERENCES series(id),
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            result_id INTEGER NOT NULL REFERENCES results(id) ON DELETE CASCADE,
             process INTEGER NOT NULL,           -- -1: the run's aggregate; i >= 0: worker process i
             value REAL NOT NULL,
-            run_time TEXT NOT NULL)""",
-        """CREATE INDEX points_series ON points (runner_class, cell_id, metric, name, process, run_time)""",
+            run_time REAL NOT NULL)             -- the run's time, Unix seconds (orders a series)""",
+        """CREATE INDEX points_series ON points (series, process, run_time)""",
+        """CREATE INDEX points_result ON points (result_id)""",
     ),
     2: (
         """CREATE TABLE ab_verdicts (

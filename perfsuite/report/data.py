@@ -97,10 +97,12 @@ def _newest_runs(db: History) -> list[Parsed]:
         p = Parsed(Path(run["source"] or "?"), "run", run["sha256"], rc, run["run_time"], commit_id=run["commit_id"])
         from perfsuite.history.ingest import Result
 
-        for res in db.query("SELECT * FROM results WHERE run_id = ?", (run["id"],)):
+        for res in db.query("SELECT s.*, c.cell_id FROM results s JOIN cells c ON c.id = s.cell WHERE s.run_id = ?",
+                            (run["id"],)):
             r = Result(res["test"], res["cell_id"], res["metric"], {}, None, None)
             r.points = [(row["name"], row["process"], row["value"]) for row in db.query(
-                "SELECT name, process, value FROM points WHERE result_id = ?", (res["id"],))]
+                "SELECT s.name, p.process, p.value FROM points p JOIN series s ON s.id = p.series "
+                "WHERE p.result_id = ?", (res["id"],))]
             p.results.append(r)
         out.append(p)
     return out

@@ -51,7 +51,7 @@ def test_real_run_becomes_points_with_its_facts(db_path: Path) -> None:
         assert run["profile"] == "smoke" and run["kind"] == "run"
         # one result per benchmark; the cell, samples and every vLLM-named aggregate are kept
         assert db.query("SELECT count(*) FROM results")[0][0] == len(real["benchmarks"])
-        names = {r[0] for r in db.query("SELECT DISTINCT name FROM points")}
+        names = {r[0] for r in db.query("SELECT DISTINCT name FROM series")}
         assert {"median_ttft_ms", "p99_itl_ms", "output_throughput_tokens_per_s", "peak_rss_bytes"} <= names
         assert len(query.primary_keys(db)) == len(real["benchmarks"])
 
