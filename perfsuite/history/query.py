@@ -115,12 +115,13 @@ def primary_keys(db: History, **filters: Any) -> list[SeriesKey]:
 
 def points(db: History, key: SeriesKey, *, last: int | None = None) -> list[Point]:
     """The run-level values of one series, oldest first (by the run's time, then ingest order)."""
-    rows = db.query(
-        "SELECT p.run_id, r.run_time, r.commit_id, p.value FROM points p JOIN runs r ON r.id = p.run_id "
-        f"WHERE p.series = ({_SERIES}) AND p.process = -1 ORDER BY p.run_time, p.run_id",
-        (key.runner_class, key.cell_id, key.metric, key.name))
-    out = [Point(int(r[0]), r[1], r[2], float(r[3])) for r in rows]
-    return out[-last:] if last else out
+    sql = ("SELECT p.run_id, r.run_time, r.commit_id, p.value FROM points p JOIN runs r ON r.id = p.run_id "
+           f"WHERE p.series = ({_SERIES}) AND p.process = -1 ORDER BY p.run_time DESC, p.run_id DESC")
+    params: tuple[Any, ...] = (key.runner_class, key.cell_id, key.metric, key.name)
+    if last:
+        sql += " LIMIT ?"
+        params += (int(last),)
+    return [Point(int(r[0]), r[1], r[2], float(r[3])) for r in reversed(db.query(sql, params))]
 
 
 def process_values(db: History, key: SeriesKey, run_id: int) -> list[float]:
