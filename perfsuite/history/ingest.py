@@ -180,8 +180,9 @@ def _parse_ab(path: Path, data: Any, sha: str, runner_class: str | None) -> Pars
     return p
 
 
-def parse_file(path: Path, runner_class: str | None = None) -> Parsed:
-    """Read and check one file; raises :class:`HistoryError` naming it. ``runner_class`` is asserted if given."""
+def parse_file(path: Path, runner_class: str | None = None, *, fallback_runner_class: str | None = None) -> Parsed:
+    """Read and check one file; raises :class:`HistoryError` naming it. ``runner_class`` is asserted if given;
+    ``fallback_runner_class`` names an A/B result that names none (a report needs no class; a history does)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -200,7 +201,7 @@ def parse_file(path: Path, runner_class: str | None = None) -> Parsed:
         parsed = _parse_run(path, dict(data), sha)
     elif (isinstance(data, Mapping) and (data.get("kind") == "ab" or "verdicts" in data)) or (
             isinstance(data, list) and data and all(isinstance(v, Mapping) and "metric" in v for v in data)):
-        parsed = _parse_ab(path, data, sha, runner_class)
+        parsed = _parse_ab(path, data, sha, runner_class or fallback_runner_class)
     else:
         raise HistoryError(f"{path}: neither a perfsuite pytest-benchmark run (no 'benchmarks' list) nor a "
                            f"`perfsuite ab --json` result; {_FIX}")

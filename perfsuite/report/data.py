@@ -111,7 +111,7 @@ def _newest_runs(db: History) -> list[Parsed]:
 def _ab_from_files(paths: list[Path]) -> list[dict[str, Any]]:
     out = []
     for path in paths:
-        p = parse_file(path, runner_class=None) if path.exists() else None
+        p = parse_file(path, fallback_runner_class="?") if path.exists() else None
         if p is None:
             raise UsageError(f"{path}: no such A/B result file")
         if p.kind != "ab":

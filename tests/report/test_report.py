@@ -86,6 +86,16 @@ def test_report_without_matplotlib_or_input_says_so(tmp_path: Path, capsys: pyte
     assert "not an ops-matrix.json" in capsys.readouterr().err
 
 
+def test_a_pr_gate_report_from_an_ab_file_alone(tmp_path: Path) -> None:
+    doc = _ab_doc()
+    del doc["runner_class"]  # a report needs no runner class; the history would
+    (tmp_path / "ab.json").write_text(json.dumps(doc))
+    assert cli(["report", "--no-history", "--ab", str(tmp_path / "ab.json"), "--out", str(tmp_path / "o")]) == 0
+    md = (tmp_path / "o" / "summary.md").read_text()
+    assert "**A/B: 1 regression verdict(s)**" in md and "History: none given." in md
+    assert (tmp_path / "o" / "report.html").read_text().count("<svg") == 1
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
