@@ -123,6 +123,27 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
     return results
 
 
+def measure_peaks(session: PerfSession, plan: Plan) -> dict[str, Any] | None:
+    """Copy bandwidth and matmul peak of the device, measured once when the run starts (in a worker, like every
+    other number): the references of each cell's roofline efficiency. None when it could not be measured."""
+    from perfsuite.worker import child, pool
+
+    cell = plan.cells[0]
+    job = {"kind": "peaks", "device": cell.device, "dtype": cell.dtype, "index": 0, "label": "peaks"}
+    if session.settings.workers_for(cell.backend) == 0:
+        import tempfile
+        from pathlib import Path
+
+        raw = child.run_job(job, Path(tempfile.gettempdir()))
+        info = raw.get("backend_info") or {}
+    else:
+        with pool.Pool(pool.this_side(), preload=pool.preload_modules({cell.backend})) as workers:
+            pr = workers.measure(job, fork=True, timeout_s=300)
+        info = pr.backend_info if not pr.error else {}
+    peaks = info.get("peaks")
+    return dict(peaks) if isinstance(peaks, dict) else None
+
+
 # ------------------------------------------------------------------------------------------- one perf test
 def record_rounds(benchmark: Any, rounds_s: Sequence[float]) -> None:
     """Put rounds timed in worker processes into a pytest-benchmark fixture.
@@ -159,6 +180,9 @@ class PerfRun:
     cell: Cell
     result: CellResult
 
+    def _roofline(self, info: dict[str, Any]) -> dict[str, Any]:
+        return _roofline_info(self.session, self.cell, info)
+
     def run(self, metric: str, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
         from perfsuite import measure
 
@@ -184,6 +208,7 @@ class PerfRun:
         for key in sorted({k for p in procs for k in p.metrics[metric].memory}):
             info[key] = max(p.metrics[metric].memory.get(key, 0) for p in procs)
         info["backend_info"] = procs[0].backend_info
+        info.update(self._roofline(info))
         info["first_tokens"] = first
         info["tokens_agree"] = all(p.metrics[metric].first_tokens == first for p in procs)
         if getattr(benchmark, "disabled", False):
@@ -199,6 +224,20 @@ class PerfRun:
             benchmark.stats.cprofile_stats = pstats.Stats(prof)
         self.session.gate_check(request.node.nodeid, benchmark)
         return info
+
+
+def _roofline_info(session: PerfSession, cell: Cell, info: dict[str, Any]) -> dict[str, Any]:
+    """Achieved bandwidth / FLOP/s of this cell against the peaks measured at run start (perfsuite.roofline)."""
+    from perfsuite import models, roofline
+
+    peaks = session.peaks or {}
+    try:
+        config = models.resolve(cell.model, session.settings.config.cache_dir, materialize=False).config()
+        return roofline.annotate(cell, config, info, peaks.get("copy_bandwidth_bytes_per_s"),
+                                 device_name=(info.get("backend_info") or {}).get("device_name"),
+                                 matmul_flops_per_s=peaks.get("matmul_flops_per_s"))
+    except (OSError, ValueError, KeyError, models.ModelError) as exc:
+        return {"roofline_error": f"{type(exc).__name__}: {exc}"}
 
 
 def describe_process(p: ProcessResult, metric_hint: str = "tpot") -> str:

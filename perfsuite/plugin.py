@@ -51,6 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "(default: a warning naming the MDE and the `perfsuite ab` command that would settle it). Env "
                     "PERFSUITE_FAIL_ON_INCONCLUSIVE=1, ini perfsuite_fail_on_inconclusive.")
     parser.addini("perfsuite_fail_on_inconclusive", "fail inconclusive gate verdicts", type="bool", default=False)
+    group.addoption("--perf-gate-json", dest="perf_gate_json", default=None, metavar="PATH",
+                    help="with --benchmark-compare: also write every gate verdict to PATH as JSON (for CI artifacts)")
 
 
 def _flag(config: pytest.Config, key: str) -> bool:
@@ -95,8 +97,29 @@ def pytest_configure(config: pytest.Config) -> None:
     session = PerfSession(settings, facts, gate_config=gate_config,
                           fail_on_inconclusive=_flag(config, "fail_on_inconclusive"))
     config.stash[SESSION_KEY] = session
+    if settings.update_baselines:
+        _recording_preflight(session)
     if config.pluginmanager.hasplugin("benchmark"):
         _configure_benchmark_storage(config, session, explicit_storage=pyproject is None)
+
+
+def _recording_preflight(session: PerfSession) -> None:
+    """Before anything is measured: the baseline folder is writable and no other perfsuite run is using the
+    machine (an exclusive suite lock, held until the session ends). The load check comes right before measuring."""
+    from perfsuite import preflight
+
+    try:
+        preflight.check_writable(session.baseline_dir)
+        session.lock = preflight.SuiteLock(exclusive=True).acquire()
+    except preflight.PreflightError as exc:
+        raise pytest.UsageError(f"perfsuite: not recording a baseline: {exc}") from None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    ps = config.stash.get(SESSION_KEY, None)
+    if ps is not None and ps.lock is not None:
+        ps.lock.release()
+        ps.lock = None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -170,6 +193,16 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         return
     machine_info["perfsuite"] = {"schema_version": baselines.SCHEMA_VERSION, "runner_class": session.runner_class,
                                  "profile": session.settings.profile.name, **session.facts}
+    try:
+        from perfsuite import doctor
+
+        machine_info["perfsuite"]["doctor"] = doctor.machine_facts(session.settings.device)
+    except Exception as exc:  # facts are context; a failing probe must not fail the run
+        machine_info["perfsuite"]["doctor"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if session.load is not None:
+        machine_info["perfsuite"]["preflight"] = session.load
+    if session.peaks:
+        machine_info["perfsuite"]["roofline"] = session.peaks
 
 
 def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any],
@@ -186,8 +219,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perf_cell" in metafunc.fixturenames:
         session = metafunc.config.stash[SESSION_KEY]
         cells = session.settings.cells()
-        # module scope groups the tests of one cell together: one backend (engine) alive at a time.
-        metafunc.parametrize("perf_cell", cells, ids=[c.id for c in cells], scope="module")
+        unfit = session.settings.unfit
+        params = [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=unfit[c.id])] if c.id in unfit else [])
+                  for c in cells]
+        # module scope groups the tests of one cell together in the report
+        metafunc.parametrize("perf_cell", params, scope="module")
 
 
 @pytest.fixture(scope="session")
@@ -221,12 +257,43 @@ def perf_measurements(request: pytest.FixtureRequest, perf_session: PerfSession)
     def progress(n: int, total: int, cell_id: str, pr: Any) -> None:
         say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {harness.describe_process(pr)}")
 
+    _check_machine(perf_session, say)
     say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
         + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
-    results = harness.measure_plan(perf_session, plan, once=once, cprofile=cprofile, progress=progress)
+    from perfsuite import preflight
+
+    shared = None
+    if perf_session.lock is None:  # a recording run already holds it exclusively
+        try:
+            shared = preflight.SuiteLock(exclusive=False).acquire()
+        except preflight.PreflightError as exc:
+            pytest.exit(f"perfsuite: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+    try:
+        if plan.cells and not once:
+            perf_session.peaks = harness.measure_peaks(perf_session, plan)
+        results = harness.measure_plan(perf_session, plan, once=once, cprofile=cprofile, progress=progress)
+    finally:
+        if shared is not None:  # held while measuring only: a later recording run in this session must get it
+            shared.release()
     if perf_session.gate is not None:
         perf_session.gate.set_family(request.session.items, results)
     return results
+
+
+def _check_machine(session: PerfSession, say: Any) -> None:
+    """The load check right before measuring: a recording run refuses (or marks) a busy machine; other runs
+    record the sample with their results."""
+    from perfsuite import preflight
+
+    policy = session.settings.config.preflight
+    verdict = preflight.check_load(policy)
+    session.load = {**verdict.sample.as_dict(), "ok": verdict.ok, "problems": list(verdict.problems)}
+    if verdict.ok:
+        return
+    if session.settings.update_baselines and policy.on_busy == "refuse":
+        pytest.exit(f"perfsuite: not recording a baseline: {verdict.message()}", returncode=pytest.ExitCode.USAGE_ERROR)
+    session.load["contended"] = True
+    say(f"perfsuite: warning: {verdict.message()}")
 
 
 @pytest.fixture
@@ -258,6 +325,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if ps is None or ps.baseline_json is None:
         return
     tmp = ps.baseline_json
+    keep = False
     try:
         if exitstatus != 0 or session.testsfailed:
             ps.notes.append(f"perfsuite: run did not pass (exit status {int(exitstatus)}); no baseline written")
@@ -269,19 +337,65 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if not data.get("benchmarks"):
             ps.notes.append("perfsuite: no benchmark ran; no baseline written")
             return
+        refusal = _outlier(ps, data)
+        if refusal:
+            ps.notes.append(refusal)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
         from pytest_benchmark.utils import get_tag
 
-        path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{get_tag()}")
+        try:
+            path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{get_tag()}",
+                                       baselines_dir=ps.settings.config.baselines_dir)
+        except (OSError, baselines.BaselineError) as exc:
+            keep = True
+            ps.notes.append(f"perfsuite: could not store the baseline in {ps.baseline_dir} ({exc}); this run's "
+                            f"results are kept in {tmp}: fix the folder and copy it in with perfsuite's name scheme")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
         ps.notes.append(f"perfsuite: recorded baseline {path}")
     finally:
-        if tmp.is_file() and tmp.name.startswith("perfsuite-run-"):
+        if not keep and tmp.is_file() and tmp.name.startswith("perfsuite-run-"):
             tmp.unlink()
+
+
+def _outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:
+    """The gate's own test of the new run against the stored ones: a run much slower than them was most likely
+    disturbed (two recordings at once, a busy neighbour) and must not become a baseline silently."""
+    from perfsuite import gate
+    from perfsuite.gate import report
+
+    try:
+        runs = baselines.read_runs(ps.baseline_dir, ps.runner_class)
+    except baselines.BaselineError:
+        return None
+    runs = [r for r in runs if not gate.is_contended(r)]
+    if len(runs) < 3:
+        return None
+    verdicts = gate.compare_runs(runs[-ps.gate_config.baseline_runs:], [data], ps.gate_config)
+    slower = [v for v in verdicts if v.failed and not v.exact]
+    if not slower:
+        return None
+    why = "; ".join(f"{v.test.split('::')[-1]} {report.describe(v)}" for v in slower[:3])
+    if ps.settings.config.preflight.on_busy == "mark":
+        data.setdefault("machine_info", {}).setdefault("perfsuite", {})["contended"] = {"outlier": why}
+        ps.notes.append(f"perfsuite: recording a run marked contended (the gate will not use it): {why}")
+        return None
+    return (f"perfsuite: not recording a baseline: this run is slower than the {len(runs)} stored run(s) of "
+            f"{ps.runner_class}, so the machine was probably disturbed: {why}. Re-run on a quiet machine; if the "
+            f"slowdown is real and intended, start a new series (git mv {ps.baseline_dir} "
+            f"{ps.baseline_dir}-before-<change>) and record again")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     ps = config.stash.get(SESSION_KEY, None)
     if ps is None:
         return
+    if ps.gate is not None and config.getoption("perf_gate_json"):
+        import dataclasses
+
+        Path(config.getoption("perf_gate_json")).write_text(json.dumps(
+            [dataclasses.asdict(v) for v in ps.gate.verdicts], indent=1))
     if ps.gate is not None:
         lines = ps.gate.summary_table()
         if lines:

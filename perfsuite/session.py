@@ -21,6 +21,9 @@ class PerfSession:
     gate: Any = None  # perfsuite.gate.GateSession when comparing
     notes: list[str] = field(default_factory=list)
     fail_on_inconclusive: bool = False
+    lock: Any = None  # perfsuite.preflight.SuiteLock held exclusively while recording a baseline
+    load: dict[str, Any] | None = None  # the load check before measuring (machine_info.perfsuite.preflight)
+    peaks: dict[str, Any] | None = None  # bandwidth / FLOP/s measured at run start (roofline)
 
     @property
     def runner_class(self) -> str:
@@ -28,7 +31,9 @@ class PerfSession:
 
     @property
     def baseline_dir(self) -> Path:
-        return self.settings.config.baselines_dir / self.runner_class
+        from perfsuite import baselines
+
+        return baselines.class_dir(self.settings.config.baselines_dir, self.runner_class)
 
     def gate_check(self, nodeid: str, benchmark: Any) -> None:
         """Fail the calling test itself when the gate finds a significant regression beyond its threshold; an

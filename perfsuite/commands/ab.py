@@ -18,6 +18,7 @@ failed, 3 inconclusive with --fail-on-inconclusive. Nothing is written to baseli
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import random
@@ -228,9 +229,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"{n_pairs} pair(s) per cell in {elapsed:.0f} s (stopped: {stop_reason}); A/B order randomized in every "
           f"pair; always-valid {1 - config.alpha:.0%} family-wise confidence sequences"
           + (f"; workers in {out_dir}" if out_dir else ""))
-    result = {"a": str(sides["a"].tree), "b": str(sides["b"].tree), "alpha": config.alpha,
+    result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
+              "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
               "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin, "budget_s": budget,
-              "elapsed_s": elapsed, "stopped": stop_reason, "pairs": pairs, "verdicts": rows, "kind": "ab"}
+              "elapsed_s": elapsed, "stopped": stop_reason, "pairs": pairs, "verdicts": rows}
     if out_dir is not None:
         (out_dir / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
     if args.json:
@@ -240,6 +243,26 @@ def main(args: argparse.Namespace) -> int:
     if args.fail_on_inconclusive and any(r["verdict"] == "inconclusive" for r in rows):
         return 3
     return 0
+
+
+def _runner_class(device: str) -> str | None:
+    from perfsuite import runner_class
+
+    try:
+        return runner_class.detect(device)[0]
+    except Exception:  # a class is context for the history; an A/B needs none
+        return None
+
+
+def _side_facts(side: Any) -> dict[str, Any]:
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "-C", str(side.tree), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"tree": str(side.tree), "python": side.python, "commit": commit}
 
 
 def _same_cells(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
@@ -322,10 +345,12 @@ def _row(m: Member, tau: float, eps: float, pair_s: float, power: float) -> dict
 
     lo, hi = m.cs.interval()
     kind = "inconclusive" if m.kind == "open" else m.kind
-    row: dict[str, Any] = {"cell": m.cell_id, "test": f"test_{m.test_metric}", "metric": m.metric, "verdict": kind,
-                           "change": math.expm1(m.cs.estimate()) if m.cs.n else None,
+    change = math.expm1(m.sign * m.cs.estimate()) if m.cs.n else None
+    row: dict[str, Any] = {"cell": m.cell_id, "test": f"test_{m.test_metric}[{m.cell_id}]", "metric": m.metric,
+                           "verdict": kind, "kind": kind, "change": change,
+                           "ratio": None if change is None else 1 + change,
                            "ci_low": math.expm1(lo), "ci_high": math.expm1(hi), "pairs": m.cs.n, "alpha": m.alpha,
-                           "note": m.note}
+                           "note": m.note, "a_values": m.a_values, "b_values": m.b_values}
     if kind == "inconclusive":
         mde = sequential.mde_reached(m.cs, power)
         more = sequential.pairs_to_settle(m.cs, tau, eps)
@@ -343,7 +368,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [head]
     for r in rows:
         ch = "n/a" if r["change"] is None else f"{r['change'] * 100:+.2f}%"
-        lines.append((r["cell"], r["test"], r["metric"], r["verdict"].upper() if r["verdict"] == "regression"
+        lines.append((r["cell"], r["test"].split("[")[0], r["metric"], r["verdict"].upper() if r["verdict"] == "regression"
                       else r["verdict"], ch, f"[{r['ci_low'] * 100:+.2f}%, {r['ci_high'] * 100:+.2f}%]",
                       str(r["pairs"]), r["note"]))
     widths = [max(len(x[i]) for x in lines) for i in range(len(head) - 1)]

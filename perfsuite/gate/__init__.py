@@ -5,7 +5,7 @@ estimates), ``stats`` (pure statistics), ``verdict`` (decisions), ``report`` (fo
 (the plugin's :class:`GateSession`), ``runs`` (``perfsuite compare``), ``sequential`` (``perfsuite ab``).
 """
 
-from perfsuite.gate.in_pytest import GateSession, make_session
+from perfsuite.gate.in_pytest import GateSession, is_contended, make_session
 from perfsuite.gate.load import InputError, load_runs
 from perfsuite.gate.policy import DEFAULT_POLICIES, GateConfig, Override, Policy, PolicyError, parse_config
 from perfsuite.gate.runs import compare_runs
@@ -22,6 +22,7 @@ __all__ = [
     "PolicyError",
     "Verdict",
     "compare_runs",
+    "is_contended",
     "load_runs",
     "make_session",
     "parse_config",

@@ -22,11 +22,18 @@ from perfsuite.gate.runs import index, match
 from perfsuite.gate.verdict import Verdict, decide
 
 
+def is_contended(run: Mapping[str, Any]) -> bool:
+    """A stored run recorded on a busy machine (preflight on_busy = "mark"): kept, but never a baseline."""
+    meta = (run.get("machine_info") or {}).get("perfsuite") or {}
+    return bool(meta.get("contended") or (meta.get("preflight") or {}).get("contended"))
+
+
 class GateSession:
     def __init__(self, baseline_runs: Sequence[Mapping[str, Any]], config: GateConfig | Mapping[str, Any] | None
                  = None) -> None:
         self.config = config if isinstance(config, GateConfig) else parse_config(config)
-        self.runs = list(baseline_runs)
+        self.skipped_contended = sum(is_contended(r) for r in baseline_runs)
+        self.runs = [r for r in baseline_runs if not is_contended(r)]
         self._by_full, self._by_name = index(self.runs)
         self.family: dict[str, int] = {}  # nodeids of the gated tests (each shares alpha over its own metrics)
         self.verdicts: list[Verdict] = []
@@ -118,6 +125,8 @@ class GateSession:
         lines.append(f"per-test decisions: Bonferroni, alpha={self.config.alpha:g} over {len(self.family)} gated "
                      f"test(s) that ran with a comparable baseline; p(Holm) is informational; baseline: newest "
                      f"{self.config.baseline_runs} comparable run(s) of {len(self.runs)}")
+        if self.skipped_contended:
+            lines.append(f"{self.skipped_contended} stored run(s) marked contended were left out of the baseline")
         for nodeid, hint in self.hints.items():
             lines.append(f"inconclusive {values.short_name(nodeid)}: settle it with: {hint}")
         return lines

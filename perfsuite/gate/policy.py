@@ -38,10 +38,12 @@ EXACT_DIRECTIONS = ("lower_is_better", "higher_is_better", "equal")
 _LAT = re.compile(r"^(mean|median|min|p[1-9][0-9]?)_(ttft|tpot|itl|e2el)_ms$")
 _STATS = re.compile(r"^stats\.(min|max|mean|median)$")
 THROUGHPUT = ("output_throughput_tokens_per_s", "prefill_throughput_tokens_per_s")
-EXACT_METRICS = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_reserved_bytes")
+EXACT_METRICS = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
+                 "peak_device_used_bytes", "peak_device_delta_bytes")
 METRIC_HELP = ("{mean,median,min,p<1-99>}_{ttft,tpot,itl,e2el}_ms, output_throughput_tokens_per_s, "
                "prefill_throughput_tokens_per_s, generated_tokens, peak_rss_bytes, peak_allocated_bytes, "
-               "peak_reserved_bytes, stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
+               "peak_reserved_bytes, peak_device_used_bytes, peak_device_delta_bytes (device-level, GPU; give them a "
+               "tolerance), stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
 _WHERE = "[tool.perfsuite.gate]"
 
 

@@ -72,13 +72,13 @@ class Finding:
         a, b = self.before.commit_id, self.after.commit_id
         if not a or not b:
             return []
-        pytest_args = ["-k", f"[{self.key.cell_id}]"]
-        for flag, value in (("--perf-profile", self.profile), ("--perf-device", self.device),
-                            ("--perf-backend", self.backend), ("--perf-model", self.model)):
+        args = ["--cells", self.key.cell_id]
+        for flag, value in (("--profile", self.profile), ("--device", self.device), ("--backend", self.backend),
+                            ("--model", self.model)):
             if value:
-                pytest_args.append(f"{flag}={value}")
+                args += [flag, str(value)]
         return [f"git worktree add ../cp-a {a} && git worktree add ../cp-b {b}",
-                f"perfsuite ab --a ../cp-a --b ../cp-b --budget {budget} -- {shlex.join(pytest_args)}"]
+                f"perfsuite ab --a ../cp-a --b ../cp-b --budget {budget} {shlex.join(args)}"]
 
     def as_dict(self) -> dict[str, Any]:
         c = self.change

@@ -31,7 +31,11 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    from perfsuite import measure, models
+    if job.get("kind") == "peaks":  # the run-start roofline references, measured in a worker like everything else
+        from perfsuite import roofline
+
+        return {"backend_info": {"peaks": roofline.measure_peaks(job["device"], job["dtype"])}}
+    from perfsuite import devicemem, measure, models
     from perfsuite.backends import create, inject
 
     cell = cell_from_dict(job["cell"])
@@ -56,21 +60,34 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
         for metric in job["metrics"]:
             backend.reset_peak_memory()
             bench = measure.standalone_benchmark(f"{metric}-{job.get('index', 0)}")
-            if metric == "ttft":
-                m = measure.measure_ttft(bench, backend, prompts, gens, warm)
-            elif metric == "tpot":
-                m = measure.measure_tpot(bench, backend, prompts, sc.new_tokens, gens, warm)
-            else:
-                m = measure.measure_e2e(bench, backend, prompts, sc.new_tokens, gens, warm)
+            # device-level memory (sees every process on the device, vLLM's workers too); nothing on the CPU
+            sampler = devicemem.DeviceMemorySampler(cell.device, devicemem.default_indices(cell.tensor_parallel_size)) \
+                if cell.device != "cpu" else None
+            with sampler if sampler is not None else _nothing():
+                if metric == "ttft":
+                    m = measure.measure_ttft(bench, backend, prompts, gens, warm)
+                elif metric == "tpot":
+                    m = measure.measure_tpot(bench, backend, prompts, sc.new_tokens, gens, warm)
+                else:
+                    m = measure.measure_e2e(bench, backend, prompts, sc.new_tokens, gens, warm)
+            memory = backend.memory_stats().as_dict()
+            if sampler is not None:
+                memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
             prof = _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job) if job.get("cprofile") \
                 else None
             out[metric] = {"rounds_s": list(bench.stats.stats.data), "samples": m.samples,
                            "generated_tokens": m.generated_tokens, "first_tokens": [s[:8] for s in m.tokens],
-                           "memory": backend.memory_stats().as_dict(), "cprofile_path": prof}
+                           "memory": memory, "cprofile_path": prof}
         info = backend.info()
     finally:
         backend.close()
     return {"metrics": out, "backend_info": info, "load_s": load_s}
+
+
+def _nothing() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def _profile_once(backend: Any, prompts: list[list[int]], new_tokens: int, metric: str, workdir: Path,

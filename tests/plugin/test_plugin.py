@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PYPROJECT = """
 [tool.perfsuite]
+baselines_dir = "baselines"
 [tool.perfsuite.backend_options.vllm]
 kv_cache_space_gib = 1
-baselines_dir = "baselines"
 [tool.perfsuite.scenarios]
 tiny = {{ batch_size = 2, prompt_tokens = 16, new_tokens = {n} }}
 [tool.perfsuite.profiles.smoke]
@@ -33,7 +33,10 @@ CELL = "{backend}-tiny-llama-float32-b2-p16-n{n}"
 
 
 @pytest.fixture
-def project(pytester):
+def project(pytester, monkeypatch):
+    monkeypatch.delenv("PERFSUITE_RUNNER_CLASS", raising=False)  # .ci/run's second pass forces one
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the subprocesses import this checkout's perfsuite
+
     def make(n=4, g=3, backend="torch", w=2):
         pytester.makefile(".toml", pyproject=PYPROJECT.format(n=n, g=g, backend=backend, w=w))
         (pytester.path / "tests" / "perf").mkdir(parents=True)

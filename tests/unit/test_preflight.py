@@ -155,8 +155,12 @@ def test_own_process_tree_is_not_counted_as_other(spinner):
 
 @linux_only
 def test_check_load_refuses_past_the_threshold(spinner):
-    verdict = pf.check_load(pf.LoadPolicy(max_other_cores=0.0, interval_s=0.3), root=os.getppid())
-    # from the parent's point of view (root = our parent) we and the spinner are "other"
+    # judged as a run rooted at an unrelated idle process, this process's child (the spinner) is "other" work
+    with subprocess.Popen(["sleep", "30"]) as idle:
+        try:
+            verdict = pf.check_load(pf.LoadPolicy(max_other_cores=0.0, interval_s=0.3), root=idle.pid)
+        finally:
+            idle.kill()
     assert not verdict.ok and "cores used outside this run (allowed 0.00)" in verdict.message()
     assert "Stop the other work" in verdict.message()
     assert pf.check_load(pf.LoadPolicy(max_other_cores=64, max_steal_cores=64, interval_s=0.1)).ok

@@ -143,10 +143,10 @@ def test_cpu_matmul_peak_is_measured() -> None:
 
 
 def test_annotate_results_of_a_recorded_quiet_machine_run(capsys: pytest.CaptureFixture[str]) -> None:
-    """benchmarks/data/gate_corpus holds real `perfsuite run` results of the tiny-llama torch cell."""
+    """tests/unit/data/run_tiny_llama_torch_quiet_20261130.json is a real run of the tiny-llama torch cell (quiet machine)."""
     from pathlib import Path
 
-    path = Path(__file__).parents[2] / "benchmarks" / "data" / "gate_corpus" / "0001_aa.json"
+    path = Path(__file__).parent / "data" / "run_tiny_llama_torch_quiet_20261130.json"
     rows = {r["metric"]: r for r in rl.annotate_results(json.loads(path.read_text()), 13e9, 120e9)}
     tpot = rows["tpot"]
     s = shape("tiny-llama")

@@ -10,7 +10,7 @@ from pathlib import Path
 from perfsuite import roofline as rl
 from perfsuite.commands import run
 
-RESULTS = json.loads((Path(__file__).parents[2] / "benchmarks" / "data" / "gate_corpus" / "0001_aa.json").read_text())
+RESULTS = json.loads((Path(__file__).parent / "data" / "run_tiny_llama_torch_quiet_20261130.json").read_text())
 
 
 def _args(**kw: object) -> argparse.Namespace:
