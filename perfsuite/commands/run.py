@@ -38,9 +38,8 @@ def main(args: argparse.Namespace) -> int:
             cmd.append(f"{flag}={value}")
     if args.update_baselines:
         cmd.append("--perf-update-baselines")
-    rc_name = args.runner_class or runner_class.detect(args.device)[0] if args.device == "cpu" else args.runner_class
-    base_dir = root / "baselines" / (rc_name or "")
-    has_baseline = bool(rc_name) and bool(baselines.list_runs(base_dir))
+    rc_name, base_dir = _baseline_dir(root, args)
+    has_baseline = base_dir is not None and bool(baselines.list_runs(base_dir))
     if has_baseline and not args.update_baselines:
         cmd.append("--benchmark-compare")
     cmd += list(args.extra)
@@ -49,13 +48,33 @@ def main(args: argparse.Namespace) -> int:
     if not out.is_file():
         return code or 1
     current = json.loads(out.read_text())
-    base = baselines.read_run(baselines.list_runs(base_dir)[-1]) if has_baseline else None
+    base = baselines.read_run(baselines.list_runs(base_dir)[-1]) if has_baseline and base_dir else None
     print()
     for line in table(current, base):
         print(line)
     for line in footnotes(current, base, rc_name, base_dir, args):
         print(line)
     return code
+
+
+def _baseline_dir(root: Path, args: argparse.Namespace) -> tuple[str | None, Path | None]:
+    """This machine's baseline folder as the plugin will see it: the class from --runner-class, else
+    PERFSUITE_RUNNER_CLASS, else detected; validated; inside [tool.perfsuite] baselines_dir."""
+    import os
+
+    from perfsuite import config as cfg
+    from perfsuite.errors import UsageError
+
+    name = args.runner_class or os.environ.get("PERFSUITE_RUNNER_CLASS") or None
+    if name is None and args.device == "cpu":
+        name = runner_class.detect("cpu")[0]
+    if name is None:
+        return None, None
+    try:
+        conf = cfg.load(cfg.find_pyproject(root), root)
+        return name, baselines.class_dir(conf.baselines_dir, runner_class.validate(name))
+    except (ValueError, baselines.BaselineError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _by_cell(data: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -109,7 +128,7 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 
 def footnotes(current: dict[str, Any], base: dict[str, Any] | None, runner_class_name: str | None,
-              base_dir: Path, args: argparse.Namespace) -> list[str]:
+              base_dir: Path | None, args: argparse.Namespace) -> list[str]:
     """Why a Δ column shows "—", and the command that fixes it."""
     record = "perfsuite run --update-baselines" + "".join(
         f" {flag} {v}" for flag, v in (("--profile", args.profile), ("--backend", args.backend),
