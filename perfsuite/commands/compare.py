@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
         base = load.load_runs(args.base)
         cls = load.runner_class_of(base[0])
         try:
-            current = load.load_runs(args.current, runner_class=cls)
+            current = load.load_runs(args.current, runner_class=cls, role="current")
         except load.InputError as exc:
             raise load.InputError(f"{exc} (baseline {args.base} is runner class {cls!r})") from None
     except (PolicyError, load.InputError) as exc:

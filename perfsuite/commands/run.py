@@ -101,12 +101,13 @@ def _pct(v: Any) -> str:
 
 
 def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
-    """One row per cell. Changes are median vs the latest baseline run: an indication, not a verdict (the gate
+    """One row per cell (``options`` is the hash of the backend options that changed what ran: runs with other
+    hashes are not compared). Changes are median vs the latest baseline run: an indication, not a verdict (the gate
     decides, with between-run noise; see the pytest output above). ``BW GB/s`` is the decode step's achieved
     bandwidth (bytes read per step / TPOT); ``BW %`` its fraction of the bandwidth measured on this device when
     the run started (perfsuite.roofline); "—" where the run recorded neither."""
     cur, old = _by_cell(current), _by_cell(base or {})
-    head = (f"{'cell':<48} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} {'tok/s':>8} "
+    head = (f"{'cell':<48} {'options':<12} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} {'tok/s':>8} "
             f"{'peak MiB':>9} {'BW GB/s':>8} {'BW %':>5} {'ΔTTFT':>7} {'ΔTPOT':>7}")
     rows = [head, "-" * len(head)]
     for cell, tests in cur.items():
@@ -119,7 +120,8 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
         def f(v: Any) -> str:
             return f"{v:.3f}" if isinstance(v, (int, float)) else "—"
 
-        rows.append(f"{cell:<48} {f(ti.get('median_ttft_ms')):>11} {f(pi.get('median_itl_ms')):>11} "
+        opts = str((pi.get("cell") or ti.get("cell") or ei.get("cell") or {}).get("options_hash") or "—")[:12]
+        rows.append(f"{cell:<48} {opts:<12} {f(ti.get('median_ttft_ms')):>11} {f(pi.get('median_itl_ms')):>11} "
                     f"{f(pi.get('p99_itl_ms')):>11} {f(tps):>8} {mem / 2**20:>9.0f} "
                     f"{_gbs(pi.get('achieved_bandwidth_bytes_per_s')):>8} "
                     f"{_pct(pi.get('bandwidth_efficiency_measured')):>5} "

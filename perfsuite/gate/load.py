@@ -27,15 +27,17 @@ def run_paths(path: Path) -> list[Path]:
     return [path]
 
 
-def load_runs(path: Path, runner_class: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
-    """Validated runs (see perfsuite.baselines.read_run); all of one runner class."""
+def load_runs(path: Path, runner_class: str | None = None, last: int | None = None, role: str = "baseline"
+              ) -> list[dict[str, Any]]:
+    """Validated runs (see perfsuite.baselines.read_run); all of one runner class. ``role`` names them in
+    messages ("baseline" or "current")."""
     paths = run_paths(path)
     if last:
         paths = paths[-last:]
     runs = []
     for p in paths:
         try:
-            data = baselines.read_run(p, runner_class)
+            data = baselines.read_run(p, runner_class, role=role)
         except baselines.BaselineError as exc:
             raise InputError(str(exc)) from None
         if not data["benchmarks"]:

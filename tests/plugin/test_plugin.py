@@ -213,6 +213,32 @@ def test_bad_options_and_config_are_usage_errors(project):
     assert "Traceback" not in res.stderr.str()
 
 
+def test_recording_refuses_before_measuring(project):
+    """Read-only baselines, another run of the suite holding the machine, or a malformed calibration knob: one
+    usage error before anything is measured, nothing written."""
+    from perfsuite import preflight
+
+    p = project(n=3, g=2)
+    pyproject = p.path / "pyproject.toml"
+    text = pyproject.read_text()
+    # /proc refuses new files even to root (chmod does not stop root)
+    pyproject.write_text(text.replace('baselines_dir = "baselines"', 'baselines_dir = "/proc/perfsuite-baselines"'))
+    res = run(p, "--perf-update-baselines")
+    assert res.ret == 4 and "not recording a baseline" in res.stderr.str() and "measuring" not in res.stdout.str()
+    pyproject.write_text(text)
+    with preflight.SuiteLock(exclusive=False):  # another perfsuite run measuring on this machine
+        res = run(p, "--perf-update-baselines")
+    assert res.ret == 4 and "another perfsuite run is using this machine" in res.stderr.str()
+    assert not (p.path / "baselines").exists() or not any((p.path / "baselines").rglob("*.json"))
+    os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"] = "abc"
+    try:
+        res = run(p)
+    finally:
+        del os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"]
+    assert res.ret == 4 and "PERFSUITE_INJECT_DECODE_SLOWDOWN='abc' is not a number" in res.stderr.str()
+    assert "Traceback" not in res.stderr.str()
+
+
 def test_unavailable_backend_skips_with_reason(project):
     p = project()
     # No GPU here: without an explicit runner class there is nothing to fingerprint (a usage error) ...

@@ -127,3 +127,10 @@ def test_compare_bad_policy_exits_2(base_dir: Path, tmp_path: Path, capsys) -> N
     cur = write(tmp_path / "cur.json", run_json(np.random.default_rng(1)))
     assert cli(["compare", str(base_dir), str(cur), "--config", str(cfg)]) == 2
     assert "alpha" in capsys.readouterr().err
+
+
+def test_compare_calls_a_bad_current_file_current_not_baseline(base_dir: Path, tmp_path: Path, capsys) -> None:
+    cur = write(tmp_path / "cur.json", "{not json")
+    assert cli(["compare", str(base_dir), str(cur)]) == 2
+    err = capsys.readouterr().err
+    assert "corrupt current run" in err and "corrupt baseline" not in err
