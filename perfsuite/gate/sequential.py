@@ -40,12 +40,19 @@ SCALE_FLOOR = 0.005  # never bet on a scale finer than 0.5 %
 SCALE_PRIOR = 0.05  # scale before 3 pairs are in: 5 %, this VM's between-process spread order of magnitude
 
 
-def hodges_lehmann(d: Sequence[float]) -> float:
-    """Median of the Walsh averages (d_i + d_j)/2, i <= j: the location estimate that matches a symmetric shift."""
+def hodges_lehmann(d: Sequence[float], max_pairs: int = 60_000) -> float:
+    """Median of the Walsh averages (d_i + d_j)/2, i <= j: the location estimate that matches a symmetric shift.
+    Past ``max_pairs`` Walsh averages a fixed-seed random subset of them is used (the estimate's own noise is then
+    far below the data's)."""
     x = np.asarray(d, dtype=float)
-    if x.size == 0:
+    n = x.size
+    if n == 0:
         return math.nan
-    i, j = np.triu_indices(x.size)
+    if n * (n + 1) // 2 <= max_pairs:
+        i, j = np.triu_indices(n)
+    else:
+        rng = np.random.default_rng(n)
+        i, j = rng.integers(0, n, max_pairs), rng.integers(0, n, max_pairs)
     return float(np.median((x[i] + x[j]) / 2))
 
 
@@ -183,22 +190,24 @@ def pairs_to_settle(cs: ConfidenceSequence, tau: float, eps: float, cap: int = 1
 
 
 def pairs_needed(sigma_pair: float, delta: float, alpha: float, tau: float, eps: float, *, power: float = 0.8,
-                 trials: int = 40, cap: int = 2000, seed: int = 0) -> int | None:
+                 trials: int = 30, cap: int = 600, seed: int = 0) -> int | None:
     """Pairs an A/B needs to decide with probability ``power`` when the per-pair log-ratio has sd ``sigma_pair``
-    and the true shift is ``delta`` (all log scale): simulated with this module's own procedure on normal noise.
-    ``None`` if more than ``cap``."""
+    and the true shift is ``delta`` (all log scale): simulated with this module's own procedure on normal noise,
+    looking every few pairs. ``None`` if more than ``cap`` (then no budget in reach settles it)."""
     if not (sigma_pair > 0 and math.isfinite(sigma_pair)):
         return None
     rng = np.random.default_rng(seed)
     stops = []
-    for _ in range(trials):
+    for t in range(trials):
         cs = ConfidenceSequence(alpha)
         n_stop = cap + 1
         for i in range(cap):
             cs.update(float(delta + rng.normal(0, sigma_pair)))
-            if decide(cs, tau, eps).kind != "open":
+            if (i < 20 or i % max(1, i // 20) == 0) and decide(cs, tau, eps).kind != "open":
                 n_stop = i + 1
                 break
         stops.append(n_stop)
+        if t >= 5 and sum(s > cap for s in stops) > (1 - power) * trials:
+            return None  # too many trials past the cap already: the quantile is past it
     n = int(np.quantile(stops, power, method="higher"))
     return None if n > cap else n

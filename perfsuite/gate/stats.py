@@ -165,11 +165,15 @@ def mde(se: float, df: float, alpha: float, power: float, threshold_log: float) 
     """Smallest true log-shift the rule "significant at alpha and estimate > threshold" catches with ``power``."""
     if se <= 0:
         return threshold_log
+    if not (math.isfinite(se) and math.isfinite(df)) and not (math.isfinite(se) and df == math.inf):
+        return math.inf
     from scipy.optimize import brentq
 
     hi = threshold_log + 10 * se * max(t_quantile(1 - alpha, df), 1.0)
     while power_at(hi, se, df, alpha, threshold_log) < power:
         hi *= 2
+        if hi > 1e6:
+            return math.inf
     return float(brentq(lambda d: power_at(d, se, df, alpha, threshold_log) - power, 0.0, hi, xtol=1e-6))
 
 
