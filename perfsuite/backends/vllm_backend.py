@@ -662,8 +662,10 @@ class VllmBackend:
         return self._last_vllm
 
     def teacher_forced_top1(self, sequences: list[list[int]], start: int) -> list[list[int]]:
-        """vLLM's top-1 token after each position ``start .. len - 2`` of each sequence, computed in one prefill of
-        the whole sequence (``prompt_logprobs``): teacher forcing, for agreement checks against a reference.
+        """vLLM's top-1 token after each position ``start .. len - 2`` of each sequence: teacher forcing, for
+        agreement checks against a reference. One prefill of ``seq[:-1]`` with ``prompt_logprobs`` gives the rank-1
+        token after every position but the last; the greedy token it generates is the one after the last, so the
+        cell's ``max_model_len`` (prompt + new tokens) suffices for a generation's own sequence.
 
         Untimed; run it between generations (it uses the same engine, so it cannot run mid-generation).
         """
@@ -679,7 +681,7 @@ class VllmBackend:
         done: dict[str, Any] = {}
         with self._watch():
             for rid, seq in zip(ids, sequences, strict=True):
-                self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq)), sp)
+                self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq[:-1])), sp)
             idle = 0
             while len(done) < len(ids):
                 outs = self.engine.step()
@@ -694,7 +696,8 @@ class VllmBackend:
         out = []
         for rid, seq in zip(ids, sequences, strict=True):
             plp = done[rid].prompt_logprobs  # [None, {token: Logprob}, ...]: entry t scores token t given < t
-            out.append([_rank1(plp[t + 1]) for t in range(start, len(seq) - 1)])
+            row = [_rank1(plp[t + 1]) for t in range(start, len(seq) - 2)]
+            out.append([*row, int(done[rid].outputs[0].token_ids[0])])
         return out
 
     def release(self, state: Any) -> None:

@@ -158,3 +158,46 @@ def test_tiny_opt_runs():
     finally:
         be.close()
     assert be.engine_processes_alive() == []
+
+
+def test_tp2_cell_matches_tp1_and_leaves_no_process(b1):
+    """TP=2 on the CPU (one core share per rank, mp executor): exact token counts, the same per-token timing
+    contract as TP=1, TP=1's greedy tokens, both rank processes gone after close()."""
+    import psutil
+
+    cell1, _be1, prompts, runs1 = b1
+    cell = Cell("vllm", "tiny-llama", "float32", cell1.scenario, tensor_parallel_size=2, model_dir=cell1.model_dir)
+    assert cell.id.endswith("-tp2")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    be = create(cell)
+    assert be.availability() is None
+    be.load()
+    try:
+        info = be.info()
+        assert info["resolved"]["tensor_parallel_size"] == 2
+        assert len(info["engine_pids"]) == 2  # one worker per rank
+        bind = info["engine_env"]["VLLM_CPU_OMP_THREADS_BIND"]
+        assert len(bind.split("|")) == 2
+        runs = []
+        for _ in range(2):
+            toks = _generate(be, prompts)
+            runs.append((toks, be.request_timings(), be.vllm_request_stats()))
+    finally:
+        be.close()
+    assert be.engine_processes_alive() == [] and be.info()["killed_leftover_pids"] == []
+    left = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before
+            and p.status() != psutil.STATUS_ZOMBIE and not any("resource_tracker" in a for a in p.cmdline())]
+    assert left == []
+    toks, ours, theirs = runs[-1]
+    assert [len(t) for t in toks] == [N] and [r["tokens"] for r in theirs] == [N]
+    assert abs(ours[0]["tpot_s"] - theirs[0]["tpot_s"]) <= TPOT_REL_TOL * theirs[0]["tpot_s"]
+    # Parity: the all-reduce sums the two halves of each row-parallel matmul in another order than TP=1, so only a
+    # near tie could flip a token; any difference must start at one (checked against torch's fp32 margin).
+    tp1 = runs1[0][0]
+    if toks != tp1:
+        from perfsuite.quant.awq import agreement, reference_logits
+
+        k = next(i for i, (a, b) in enumerate(zip(toks[0], tp1[0], strict=True)) if a != b)
+        ref = reference_logits(cell.model_dir, [prompts[0] + tp1[0]])
+        a = agreement(ref, [tp1[0][k:k + 1]], P - 1 + k, margin_bound=FP32_MARGIN)
+        assert a.decisive == 0, f"TP=2 diverges from TP=1 at token {k}, not a near tie: {toks[0]} vs {tp1[0]}"

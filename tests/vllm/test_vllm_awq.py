@@ -1,0 +1,70 @@
+"""The AWQ cell on vLLM's CPU W4A16 kernel, against the dequantized float twin run by torch (teacher forcing).
+
+The AWQ checkpoint is built from the seeded tiny-llama weights (perfsuite.quant.awq: group-wise round-to-nearest,
+AWQ GEMM packing); the twin holds exactly the dequantized weights. vLLM's AWQ method takes 16-bit activations only,
+so the cell runs bfloat16 (the kernel's AMX/AVX-512 path) and the twin runs float32: every difference comes from
+the activation dtype and the kernels' summation order, never from the weights.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm", reason="vllm is not installed")
+
+from perfsuite import models  # noqa: E402
+from perfsuite.backends import create  # noqa: E402
+from perfsuite.cells import Cell, Scenario  # noqa: E402
+from perfsuite.quant import awq  # noqa: E402
+
+B, P, N = 2, 64, 32
+
+
+def _generate(be, prompts):
+    res = be.prefill(prompts)
+    toks = [[t] for t in res.tokens]
+    for _ in range(N - 1):
+        res = be.decode(res.state)
+        for seq, t in zip(toks, res.tokens, strict=True):
+            seq.append(t)
+    be.release(res.state)
+    return toks
+
+
+def test_awq_cell_agrees_with_its_dequantized_twin():
+    """Bound: a position counts when the twin's top-1 beats its top-2 by more than twice the largest logit change
+    that bfloat16 activations alone cause in torch on the same sequences (the twin in bf16 vs fp32); vLLM must
+    agree on every such position, and they must be at least a quarter of all positions. Near ties under the
+    bound may go either way. Control: against the original float model (not the twin) the same tokens disagree at
+    decisive positions, so the check tells the rounded weights from the originals."""
+    float_dir = models.resolve("tiny-llama").path
+    cell = Cell("vllm", "tiny-llama", "bfloat16", Scenario("t", B, P, N), quantization="awq", model_dir=float_dir)
+    assert cell.id.endswith("-awq")
+    be = create(cell)
+    assert be.availability() is None
+    be.load()
+    try:
+        info = be.info()
+        assert info["resolved"]["quantization"] == "awq" and info["resolved"]["dtype"] == "bfloat16"
+        ck = info["awq"]
+        assert ck["group_size"] == 64 and ck["bits"] == 4  # 704 (MLP width) is not a multiple of 128
+        prompts = models.prompts(B, P, models.resolve("tiny-llama").vocab_size)
+        toks = _generate(be, prompts)
+        assert [len(t) for t in toks] == [N] * B
+        assert [r["tokens"] for r in be.vllm_request_stats()] == [N] * B
+        seqs = [p + t for p, t in zip(prompts, toks, strict=True)]
+        got = be.teacher_forced_top1(seqs, P - 1)
+    finally:
+        be.close()
+    assert be.engine_processes_alive() == []
+    assert [len(g) for g in got] == [N] * B
+    noise = awq.logit_noise(ck["dequantized_twin"], seqs, "bfloat16")
+    bound = 2 * noise
+    twin = awq.agreement(awq.reference_logits(ck["dequantized_twin"], seqs), got, P - 1, bound)
+    print(f"AWQ vs dequantized twin, teacher-forced: {twin.as_dict()} (bf16 logit noise {noise:.4g})")
+    assert twin.positions == B * N
+    assert twin.decisive_disagree == 0, twin.as_dict()
+    assert twin.decisive >= twin.positions // 4, twin.as_dict()
+    original = awq.agreement(awq.reference_logits(float_dir, seqs), got, P - 1, bound)
+    print(f"AWQ vs the float model it was rounded from: {original.as_dict()}")
+    assert original.decisive_disagree > 0
