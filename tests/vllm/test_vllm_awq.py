@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import models  # noqa: E402
-from perfsuite.backends import create  # noqa: E402
-from perfsuite.cells import Cell, Scenario  # noqa: E402
-from perfsuite.quant import awq  # noqa: E402
+from perfsuite import models
+from perfsuite.backends import create
+from perfsuite.cells import Cell, Scenario
+from perfsuite.quant import awq
 
 B, P, N = 2, 64, 32
 
