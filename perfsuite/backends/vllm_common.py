@@ -255,6 +255,11 @@ def shutdown_engine(engine: Any, procs: EngineProcesses) -> list[int]:
     try:
         if engine is not None:
             engine.engine_core.shutdown()
+            # vLLM's multiprocess client closes its sockets but never terminates their zmq context (a
+            # ResourceWarning at garbage collection); the sockets are closed, so ending it is safe.
+            ctx = getattr(engine.engine_core, "ctx", None)
+            if ctx is not None and hasattr(ctx, "destroy"):
+                ctx.destroy(linger=0)
     except Exception:
         pass  # a dead worker makes vLLM's shutdown raise; the processes are ended below either way
     finally:

@@ -311,3 +311,29 @@ def logit_noise(model_dir: Path, sequences: list[list[int]], dtype: str) -> floa
     ref = reference_logits(model_dir, sequences, "float32")
     low = reference_logits(model_dir, sequences, dtype)
     return float((ref - low).abs().max())
+
+
+def vllm_agreement(backend: Any, prompts: list[list[int]], new_tokens: int) -> dict[str, Any]:
+    """Teacher-forced top-1 agreement of a loaded vLLM AWQ cell with its dequantized twin run by torch in float32.
+
+    One greedy generation through the backend, then vLLM's top-1 after every position of that sequence
+    (:meth:`~perfsuite.backends.vllm_backend.VllmBackend.teacher_forced_top1`) against the twin's argmax. The margin
+    bound is twice the largest logit change the cell's activation dtype alone causes in torch on the same sequences
+    (the twin in that dtype vs float32): positions whose twin top-2 margin exceeds it must agree. Untimed; for tests
+    and for recording in a cell's ``extra_info`` after its measurement.
+    """
+    twin = backend.info()["awq"]["dequantized_twin"]
+    res = backend.prefill(prompts)
+    toks = [[t] for t in res.tokens]
+    for _ in range(new_tokens - 1):
+        res = backend.decode(res.state)
+        for seq, t in zip(toks, res.tokens, strict=True):
+            seq.append(t)
+    backend.release(res.state)
+    seqs = [p + t for p, t in zip(prompts, toks, strict=True)]
+    start = len(prompts[0]) - 1
+    got = backend.teacher_forced_top1(seqs, start)
+    noise = logit_noise(twin, seqs, backend.cell.dtype)
+    a = agreement(reference_logits(twin, seqs), got, start, 2 * noise)
+    return {**a.as_dict(), "activation_dtype_logit_noise": noise, "reference": "dequantized twin, torch float32",
+            "generated": toks, "teacher_forced_top1": got}

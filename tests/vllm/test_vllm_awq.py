@@ -49,22 +49,18 @@ def test_awq_cell_agrees_with_its_dequantized_twin():
         ck = info["awq"]
         assert ck["group_size"] == 64 and ck["bits"] == 4  # 704 (MLP width) is not a multiple of 128
         prompts = models.prompts(B, P, models.resolve("tiny-llama").vocab_size)
-        toks = _generate(be, prompts)
-        assert [len(t) for t in toks] == [N] * B
+        twin = awq.vllm_agreement(be, prompts, N)
         assert [r["tokens"] for r in be.vllm_request_stats()] == [N] * B
-        seqs = [p + t for p, t in zip(prompts, toks, strict=True)]
-        got = be.teacher_forced_top1(seqs, P - 1)
     finally:
         be.close()
     assert be.engine_processes_alive() == []
-    assert [len(g) for g in got] == [N] * B
-    noise = awq.logit_noise(ck["dequantized_twin"], seqs, "bfloat16")
-    bound = 2 * noise
-    twin = awq.agreement(awq.reference_logits(ck["dequantized_twin"], seqs), got, P - 1, bound)
-    print(f"AWQ vs dequantized twin, teacher-forced: {twin.as_dict()} (bf16 logit noise {noise:.4g})")
-    assert twin.positions == B * N
-    assert twin.decisive_disagree == 0, twin.as_dict()
-    assert twin.decisive >= twin.positions // 4, twin.as_dict()
-    original = awq.agreement(awq.reference_logits(float_dir, seqs), got, P - 1, bound)
+    print(f"AWQ vs dequantized twin, teacher-forced: { {k: v for k, v in twin.items() if k not in ('generated', 'teacher_forced_top1')} }")
+    assert [len(t) for t in twin["generated"]] == [N] * B
+    assert twin["positions"] == B * N
+    assert twin["decisive_disagreements"] == 0, twin
+    assert twin["decisive_positions"] >= twin["positions"] // 4, twin
+    seqs = [p + t for p, t in zip(prompts, twin["generated"], strict=True)]
+    original = awq.agreement(awq.reference_logits(float_dir, seqs), twin["teacher_forced_top1"], P - 1,
+                             twin["margin_bound"])
     print(f"AWQ vs the float model it was rounded from: {original.as_dict()}")
     assert original.decisive_disagree > 0
