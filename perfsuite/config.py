@@ -42,6 +42,9 @@ class Profile:
     attn_implementations: tuple[str, ...] = ("sdpa",)
     warmup_generations: int = 1  # untimed generations before the timed ones, per test
     generations: int = 5  # timed generations per test (TTFT/E2E rounds; TPOT rounds = generations * (n - 1))
+    # Cells beyond the cross product of the axes (e.g. one vLLM TP=2 and one AWQ cell): (backend, model, dtype,
+    # scenario, quantization, tensor_parallel_size, attn_implementation); see _extra_cells.
+    cells: tuple[tuple[str, str, str, str, str, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,11 @@ class Settings:
                                 for attn in p.attn_implementations:
                                     out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device,
                                                     q, tp, attn, options=opts))
+        for backend, model, dtype, sc, q, tp, attn in p.cells:  # the --perf-backend / --perf-model filters apply
+            if backend in self.backends and model in self.models:
+                opts = tuple(sorted(self.config.backend_options.get(backend, {}).items()))
+                out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device, q, tp, attn,
+                                options=opts))
         return _dedupe(out)
 
 
@@ -93,6 +101,34 @@ def _dedupe(cells: list[Cell]) -> list[Cell]:
 _TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_options", "gate"}
 _SCENARIO_KEYS = {"batch_size", "prompt_tokens", "new_tokens"}
 _PROFILE_KEYS = {f for f in Profile.__dataclass_fields__ if f != "name"}
+_CELL_KEYS = {"backend", "model", "dtype", "scenario", "quantization", "tensor_parallel_size", "attn_implementation"}
+
+
+def _extra_cells(sec: str, value: Any, scenarios: Mapping[str, Scenario],
+                 backends: tuple[str, ...]) -> tuple[tuple[str, str, str, str, str, int, str], ...]:
+    """``cells = [{ backend = "vllm", model = "tiny-llama", dtype = "bfloat16", scenario = "short",
+    quantization = "awq" }, ...]``: explicit cells added to the profile's cross product."""
+    _expect(isinstance(value, list), f"{_where(sec, 'cells')} must be a list of inline tables")
+    out = []
+    for i, c in enumerate(value):
+        where = f"{sec}.cells[{i}]"
+        _expect(isinstance(c, Mapping), f"{_where(where, '')} must be a table")
+        _unknown(where, set(c), _CELL_KEYS)
+        missing = sorted({"backend", "model", "dtype", "scenario"} - set(c))
+        _expect(not missing, f"{_where(where, missing[0]) if missing else ''}: missing (a cell needs backend, model, "
+                             "dtype and scenario)")
+        _expect(c["backend"] in backends, f"{_where(where, 'backend')}: {c['backend']!r} is not one of "
+                                          f"{', '.join(backends)}")
+        _expect(c["dtype"] in DTYPES, f"{_where(where, 'dtype')}: {c['dtype']!r} is not one of {', '.join(DTYPES)}")
+        _expect(c["scenario"] in scenarios, f"{_where(where, 'scenario')}: {c['scenario']!r} is not one of "
+                                            f"{', '.join(scenarios)}")
+        q = c.get("quantization", "none")
+        _expect(q in QUANTIZATIONS, f"{_where(where, 'quantization')}: {q!r} is not one of {', '.join(QUANTIZATIONS)}")
+        attn = c.get("attn_implementation", "sdpa")
+        _expect(attn in ATTN, f"{_where(where, 'attn_implementation')}: {attn!r} is not one of {', '.join(ATTN)}")
+        tp = _pos_int(where, "tensor_parallel_size", c.get("tensor_parallel_size", 1))
+        out.append((str(c["backend"]), str(c["model"]), str(c["dtype"]), str(c["scenario"]), str(q), tp, str(attn)))
+    return tuple(out)
 
 
 def _where(section: str, key: str) -> str:
@@ -189,6 +225,8 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
         for k in ("warmup_generations", "generations"):
             if k in pr:
                 kw[k] = _pos_int(sec, k, pr[k], minimum=0 if k.startswith("warmup") else 1)
+        if "cells" in pr:
+            kw["cells"] = _extra_cells(sec, pr["cells"], scenarios, known_backends())
         profiles[name] = Profile(name, **kw)
     opts = raw.get("backend_options", {})
     _unknown("backend_options", set(opts), set(known_backends()))
