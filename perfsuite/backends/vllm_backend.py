@@ -40,16 +40,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.backends.base import MemoryStats, StepResult
+from perfsuite.backends.base import StepResult
 from perfsuite.backends.vllm_common import (
     INSTALL_HINT,
-    EngineProcesses,
+    EngineBackend,
     VllmEngineError,
     VllmWorkerDied,
-    fresh_vllm_envs,
     model_path_for,
     platform_reason,
-    scoped_env,
     shutdown_engine,
     validate_with_vllm,
 )
@@ -80,22 +78,15 @@ class _Gen:
 
 # ---------------------------------------------------------------------------------------------- the step backend
 
-class VllmBackend:
+class VllmBackend(EngineBackend):
     def __init__(self, cell: Cell) -> None:
-        self.cell = cell
-        self.name = cell.backend
+        super().__init__(cell)
         self.engine: Any = None
-        self._procs = EngineProcesses()
         self._gen: _Gen | None = None
         self._gen_counter = 0
         self._finished_stats: dict[str, Any] = {}  # request id -> vLLM FinishedRequestStats
         self._last_ours: list[dict[str, Any]] | None = None
         self._last_vllm: list[dict[str, Any]] | None = None
-        self._info: dict[str, Any] = {}
-
-    @property
-    def _engine_pids(self) -> list[int]:
-        return self._procs.pids
 
     # ------------------------------------------------------------------ availability
     def availability(self) -> str | None:
@@ -106,15 +97,6 @@ class VllmBackend:
         return validate_with_vllm(self.cell, lambda path: build_engine_args(self.cell, path))
 
     # ------------------------------------------------------------------ lifecycle
-    def load(self) -> None:
-        """Start the engine. If anything fails after processes were started, they are ended before re-raising."""
-        self._procs.mark()
-        try:
-            self._load()
-        except BaseException:
-            self.close()
-            raise
-
     def _load(self) -> None:
         import vllm
         from vllm import EngineArgs
@@ -123,20 +105,16 @@ class VllmBackend:
         path, awq_info = model_path_for(self.cell)
         kwargs = build_engine_args(self.cell, path)
         env = engine_env(self.cell)
-        t0 = time.perf_counter()
-        try:
-            with scoped_env(env):
-                fresh_vllm_envs()
-                self.engine = LLMEngine.from_engine_args(EngineArgs(**kwargs),
-                                                         stat_loggers=[self._stat_logger_factory()])
-                self._procs.collect(self.engine)
-                # One-off RPC that the first add_request() would otherwise pay inside the first TTFT.
-                with self._procs.watch():
-                    self.engine.get_supported_tasks()
-        finally:
+
+        def make() -> Any:
+            self.engine = LLMEngine.from_engine_args(EngineArgs(**kwargs), stat_loggers=[self._stat_logger_factory()])
             self._procs.collect(self.engine)
-        start_s = time.perf_counter() - t0
-        fresh_vllm_envs()
+            # One-off RPC that the first add_request() would otherwise pay inside the first TTFT.
+            with self._procs.watch():
+                self.engine.get_supported_tasks()
+            return self.engine
+
+        _, start_s = self._start(env, make, lambda engine: engine)
         self._info = self._describe(vllm.__version__, start_s, kwargs, env)
         if awq_info is not None:
             self._info["awq"] = awq_info
@@ -201,10 +179,6 @@ class VllmBackend:
         self._gen = None
         engine, self.engine = self.engine, None
         self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
-
-    def engine_processes_alive(self) -> list[int]:
-        """Pids of the processes this backend's engine started that still run."""
-        return self._procs.alive()
 
     # ------------------------------------------------------------------ generation
     def _sampling_params(self, **over: Any) -> Any:
@@ -381,13 +355,6 @@ class VllmBackend:
             self._gen = None
 
     # ------------------------------------------------------------------ facts
-    def reset_peak_memory(self) -> None:
-        self._procs.reset_peak_rss()
-
-    def memory_stats(self) -> MemoryStats:
-        """Peak RSS of this process plus the engine's worker processes (the model lives in the worker)."""
-        return MemoryStats(peak_rss_bytes=self._procs.peak_rss_bytes())
-
     def info(self) -> dict[str, Any]:
         d = dict(self._info)
         if self._last_ours is not None:

@@ -16,12 +16,13 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from perfsuite import memory
+from perfsuite.backends.base import MemoryStats
 from perfsuite.backends.vllm_engine_args import VllmPlacementError, check_options, engine_env
 from perfsuite.cells import Cell
 
@@ -383,3 +384,54 @@ def platform_reason(cell: Cell) -> str | None:
     except Exception as exc:
         return f"vllm {getattr(vllm, '__version__', '?')} cannot detect its platform: {exc_message(exc)}"
     return None
+
+
+class EngineBackend:
+    """What both vLLM backends do around their engine: start it under the cell's environment recording the processes
+    it starts, end them if ``load()`` fails after the start, and report memory over all of them."""
+
+    def __init__(self, cell: Cell) -> None:
+        self.cell = cell
+        self.name = cell.backend
+        self._procs = EngineProcesses()
+        self._info: dict[str, Any] = {}
+
+    def load(self) -> None:
+        """Start the engine. If anything fails after processes were started, they are ended before re-raising."""
+        self._procs.mark()
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self) -> None:  # pragma: no cover - each backend has its own
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - each backend has its own
+        raise NotImplementedError
+
+    def _start(self, env: dict[str, str], make: Callable[[], Any], engine_of: Callable[[Any], Any]) -> tuple[Any, float]:
+        """``make()`` under ``env``; returns (its result, seconds). The engine's processes are recorded even when
+        ``make()`` fails half-way, so ``close()`` can end them."""
+        t0 = time.perf_counter()
+        made: Any = None
+        try:
+            with scoped_env(env):
+                fresh_vllm_envs()
+                made = make()
+        finally:
+            self._procs.collect(engine_of(made) if made is not None else None)
+        fresh_vllm_envs()
+        return made, time.perf_counter() - t0
+
+    def engine_processes_alive(self) -> list[int]:
+        """Pids of the processes this backend's engine started that still run."""
+        return self._procs.alive()
+
+    def reset_peak_memory(self) -> None:
+        self._procs.reset_peak_rss()
+
+    def memory_stats(self) -> MemoryStats:
+        """Peak RSS of this process plus the engine's processes (the model lives in the workers)."""
+        return MemoryStats(peak_rss_bytes=self._procs.peak_rss_bytes())

@@ -150,42 +150,42 @@ def _ranges(ids: list[int]) -> str:
     return ",".join(out)
 
 
-def _model_path(cell: Cell, model_path: str | None) -> str:
-    return model_path or (str(cell.model_dir) if cell.model_dir is not None else cell.model)
-
-
-def _check_quantization(cell: Cell) -> None:
+def _cell_args(cell: Cell, model_path: str | None) -> dict[str, Any]:
+    """What every vLLM cell decides, in both modes: the model, its dtype and seed, TP, quantization, token-id prompts
+    (presets carry no tokenizer), no remote code and no prefix cache (every timed generation repeats its prompts)."""
+    check_options(cell)
     if cell.quantization not in ("none", "awq"):
         raise VllmOptionError(f"quantization {cell.quantization!r} has no vLLM equivalent in perfsuite "
                               "(vllm cells take none or awq)")
-
-
-def build_engine_args(cell: Cell, model_path: str | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.EngineArgs`` of one step-mode cell (pure: no vLLM import, no I/O)."""
-    check_options(cell)
-    _check_quantization(cell)
-    sc = cell.scenario
-    mml = max_model_len(cell)
-    on_cpu = cell.device == "cpu"
-    kwargs: dict[str, Any] = {
-        "model": _model_path(cell, model_path),
+    return {
+        "model": model_path or (str(cell.model_dir) if cell.model_dir is not None else cell.model),
         "skip_tokenizer_init": True,
         "trust_remote_code": False,
         "dtype": cell.dtype,
         "seed": cell.seed,
+        "tensor_parallel_size": cell.tensor_parallel_size,
+        "quantization": "awq" if cell.quantization == "awq" else None,
+        "enable_prefix_caching": False,
+    }
+
+
+def build_engine_args(cell: Cell, model_path: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.EngineArgs`` of one step-mode cell (pure: no vLLM import, no I/O)."""
+    kwargs = _cell_args(cell, model_path)
+    sc = cell.scenario
+    mml = max_model_len(cell)
+    on_cpu = cell.device == "cpu"
+    kwargs.update({
         "max_model_len": mml,
         "max_num_seqs": sc.batch_size,
         "max_num_batched_tokens": max(sc.batch_size * sc.prompt_tokens, mml),
-        "enable_prefix_caching": False,
         "enforce_eager": bool(cell.option("enforce_eager", on_cpu)),
-        "tensor_parallel_size": cell.tensor_parallel_size,
-        "quantization": "awq" if cell.quantization == "awq" else None,
         "load_format": str(cell.option("load_format", "auto")),
         "disable_log_stats": False,
         "async_scheduling": bool(cell.option("async_scheduling", False)),
         # Always a worker process for the model: a crash or a leak stays there; close() ends it.
         "distributed_executor_backend": str(cell.option("executor", "mp")),
-    }
+    })
     if not on_cpu:
         kwargs["gpu_memory_utilization"] = float(cell.option("gpu_memory_utilization",
                                                              DEFAULT_GPU_MEMORY_UTILIZATION))
@@ -201,18 +201,7 @@ def llm_engine_args(cell: Cell, model_path: str | None = None) -> dict[str, Any]
     the engine-core process, CUDA graphs / torch.compile, chunked prefill and the batch limits stay vLLM's.
     Explicit ``enforce_eager`` / ``max_model_len`` / ``gpu_memory_utilization`` options still apply.
     """
-    check_options(cell)
-    _check_quantization(cell)
-    kwargs: dict[str, Any] = {
-        "model": _model_path(cell, model_path),
-        "skip_tokenizer_init": True,
-        "trust_remote_code": False,
-        "dtype": cell.dtype,
-        "seed": cell.seed,
-        "tensor_parallel_size": cell.tensor_parallel_size,
-        "quantization": "awq" if cell.quantization == "awq" else None,
-        "enable_prefix_caching": False,
-    }
+    kwargs = _cell_args(cell, model_path)
     for key in ("enforce_eager", "gpu_memory_utilization", "load_format"):
         if key in dict(cell.options):
             kwargs[key] = cell.option(key)

@@ -18,18 +18,15 @@ must be skipped.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.backends.base import MemoryStats, StepResult
+from perfsuite.backends.base import StepResult
 from perfsuite.backends.vllm_common import (
-    EngineProcesses,
+    EngineBackend,
     VllmEngineError,
-    fresh_vllm_envs,
     model_path_for,
     platform_reason,
-    scoped_env,
     shutdown_engine,
     validate_with_vllm,
 )
@@ -47,15 +44,12 @@ class _Done:
     given: int  # tokens per sequence handed out so far
 
 
-class VllmLlmBackend:
+class VllmLlmBackend(EngineBackend):
     timed_metrics = TIMED_METRICS
 
     def __init__(self, cell: Cell) -> None:
-        self.cell = cell
-        self.name = cell.backend
+        super().__init__(cell)
         self.llm: Any = None
-        self._procs = EngineProcesses()
-        self._info: dict[str, Any] = {}
         self._sp: Any = None
 
     def metric_unavailable(self, metric: str) -> str | None:
@@ -73,14 +67,6 @@ class VllmLlmBackend:
         llm_engine_args(self.cell)  # option errors raise (a usage error, not a skip)
         return validate_with_vllm(self.cell, lambda path: llm_engine_args(self.cell, path))
 
-    def load(self) -> None:
-        self._procs.mark()
-        try:
-            self._load()
-        except BaseException:
-            self.close()
-            raise
-
     def _load(self) -> None:
         import vllm
         from vllm import LLM
@@ -88,15 +74,12 @@ class VllmLlmBackend:
         path, awq_info = model_path_for(self.cell)
         kwargs = llm_engine_args(self.cell, path)
         env = engine_env(self.cell)
-        t0 = time.perf_counter()
-        try:
-            with scoped_env(env):
-                fresh_vllm_envs()
-                self.llm = LLM(**kwargs)
-        finally:
-            self._procs.collect(self.llm.llm_engine if self.llm is not None else None)
-        start_s = time.perf_counter() - t0
-        fresh_vllm_envs()
+
+        def make() -> Any:
+            self.llm = LLM(**kwargs)
+            return self.llm
+
+        _, start_s = self._start(env, make, lambda llm: llm.llm_engine)
         self._sp = self._sampling_params()
         cfg = self.llm.llm_engine.vllm_config
         self._info = {
@@ -139,9 +122,6 @@ class VllmLlmBackend:
         del llm
         self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
 
-    def engine_processes_alive(self) -> list[int]:
-        return self._procs.alive()
-
     # ------------------------------------------------------------------ generation
     def generate(self, prompts: list[list[int]]) -> list[list[int]]:
         """One ``LLM.generate`` call for the batch (what one timed round is); the generated token ids."""
@@ -173,11 +153,5 @@ class VllmLlmBackend:
         del state
 
     # ------------------------------------------------------------------ facts
-    def reset_peak_memory(self) -> None:
-        self._procs.reset_peak_rss()
-
-    def memory_stats(self) -> MemoryStats:
-        return MemoryStats(peak_rss_bytes=self._procs.peak_rss_bytes())
-
     def info(self) -> dict[str, Any]:
         return dict(self._info)

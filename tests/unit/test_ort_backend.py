@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 
-from perfsuite import models  # noqa: E402
+from perfsuite import greedy, models  # noqa: E402
 from perfsuite.backends import create  # noqa: E402
 from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
 from perfsuite.backends.onnxruntime.backend import OrtBackend  # noqa: E402
@@ -30,15 +29,7 @@ SC = Scenario("smoke", 2, 16, 6)
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("perfsuite-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PERFSUITE_CACHE_DIR", str(root))
-        yield root
-
-
-@pytest.fixture(scope="module")
-def exported(cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
+def exported(perfsuite_cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
     out = {}
     for name in TINY:
         path = models.resolve(name).path
@@ -47,13 +38,7 @@ def exported(cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
 
 
 def _generate(backend: Any, prompts: list[list[int]], n: int) -> list[list[int]]:
-    r = backend.prefill(prompts)
-    toks = [r.tokens]
-    for _ in range(n - 1):
-        r = backend.decode(r.state)
-        toks.append(r.tokens)
-    backend.release(r.state)
-    return toks
+    return greedy.generate(backend, prompts, n)
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -136,7 +121,7 @@ def test_int8_dynamic(exported: dict) -> None:
     assert 0.75 <= info["int8_top1_agreement"] <= 1.0
     assert info["onnx_model"].endswith(ex.MODEL_FILE) and "int8dyn" in info["onnx_model"]
     toks = _generate(b, [[5] * 8], 3)
-    assert len(toks) == 3 and all(0 <= t[0] < models.resolve("tiny-llama").vocab_size for t in toks)
+    assert len(toks[0]) == 3 and all(0 <= t < models.resolve("tiny-llama").vocab_size for t in toks[0])
     b.close()
     again = OrtBackend(cell)
     again.load()
@@ -167,7 +152,7 @@ def test_compare_ignores_near_ties() -> None:
 
 
 @pytest.mark.slow
-def test_float16_export_parity(cache: Path) -> None:
+def test_float16_export_parity(perfsuite_cache: Path) -> None:
     path = models.resolve("tiny-llama").path
     res = ex.export(ex.ExportSpec(path, ex.model_digest(path), dtype="float16"))
     assert res.meta["verification"]["ok"] and res.meta["dtype"] == "float16"

@@ -20,17 +20,6 @@ from perfsuite.quant import awq
 B, P, N = 2, 64, 32
 
 
-def _generate(be, prompts):
-    res = be.prefill(prompts)
-    toks = [[t] for t in res.tokens]
-    for _ in range(N - 1):
-        res = be.decode(res.state)
-        for seq, t in zip(toks, res.tokens, strict=True):
-            seq.append(t)
-    be.release(res.state)
-    return toks
-
-
 def test_awq_cell_agrees_with_its_dequantized_twin():
     """Bound: a position counts when the twin's top-1 beats its top-2 by more than twice the largest logit change
     that bfloat16 activations alone cause in torch on the same sequences (the twin in bf16 vs fp32); vLLM must

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import models
+from perfsuite import greedy, models
 from perfsuite.backends import create
 from perfsuite.cells import Cell, Scenario
 
@@ -36,14 +36,7 @@ def _cell(batch: int, model: str = "tiny-llama") -> Cell:
 
 
 def _generate(be, prompts):
-    res = be.prefill(prompts)
-    toks = [[t] for t in res.tokens]
-    for _ in range(N - 1):
-        res = be.decode(res.state)
-        for seq, t in zip(toks, res.tokens, strict=False):
-            seq.append(t)
-    be.release(res.state)
-    return toks
+    return greedy.generate(be, prompts, N)
 
 
 def _run(batch: int):

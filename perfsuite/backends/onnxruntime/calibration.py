@@ -11,38 +11,23 @@ decode steps that follow (teacher-free: the float model's greedy tokens), and ca
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import shutil
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from perfsuite.backends.onnxruntime import export as ex
+from perfsuite.backends.onnxruntime.quantize import quiet_root_logger
 from perfsuite.cells import Cell
 
 CALIB_VERSION = 1
 TABLE_FILE = "calibration.flatbuffers"
 MARKER = "perfsuite-calibration.json"
 DECODE_STEPS = 4  # decode steps fed after the prefill (their ranges differ from the prefill's)
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    root = logging.getLogger()
-    old = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        root.setLevel(old)
 
 
 def table_dir(export: ex.ExportResult, cell: Cell) -> Path:
@@ -99,7 +84,8 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
 
     tmp = ex.new_tmp(target)
     try:
-        with _quiet():
+        with warnings.catch_warnings(), quiet_root_logger():
+            warnings.simplefilter("ignore")
             calibrator = create_calibrator(export.path, augmented_model_path=str(tmp / "augmented.onnx"),
                                            calibrate_method=CalibrationMethod.MinMax,
                                            providers=["CPUExecutionProvider"])

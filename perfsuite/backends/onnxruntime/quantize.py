@@ -24,7 +24,7 @@ AGREEMENT_CASES: tuple[tuple[int, int, int], ...] = ((2, 16, 8),)  # (batch, pro
 
 
 @contextlib.contextmanager
-def _quiet_root_logger() -> Iterator[None]:
+def quiet_root_logger() -> Iterator[None]:
     """quantize_dynamic logs "Please consider to run pre-processing" on the root logger; not for us."""
     root = logging.getLogger()
     old = root.level
@@ -82,7 +82,7 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
     t0 = time.perf_counter()
     tmp = ex.new_tmp(target)
     try:
-        with warnings.catch_warnings(), _quiet_root_logger():
+        with warnings.catch_warnings(), quiet_root_logger():
             warnings.simplefilter("ignore")
             quantize_dynamic(str(float_result.path), str(tmp / ex.MODEL_FILE), weight_type=QuantType.QInt8,
                              per_channel=False, reduce_range=False,
