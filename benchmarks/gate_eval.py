@@ -1,114 +1,322 @@
-"""Evaluate the gate vs pytest-benchmark's ``--benchmark-compare-fail=median:5%`` on a corpus of process runs
-collected ONCE by benchmarks/gate_collect.py (A/A runs and runs with an injected 5 % / 10 % decode slowdown).
+"""End-to-end evaluation of perfsuite's verdicts on this machine, through the real product, with independent trials.
 
-    python benchmarks/gate_eval.py benchmarks/data/gate_corpus [--baseline-runs 5] [--draws 10]
+Every trial is one real command in a fresh process: ``perfsuite ab --a TREE_A --b TREE_B`` (two checkouts) or
+``pytest tests/perf --benchmark-compare`` run inside a checkout against the baselines committed in it. Regressions
+are real code in a second checkout (a commit on top of HEAD), and their true size is measured separately in one
+process by interleaving generations of the two trees' decode steps. Trials of all conditions run in one random
+interleaved order, so slow drift of the machine spreads over every condition. Rates get Clopper-Pearson intervals.
 
-Prints, per gate configuration: A/A false alarms (a false alarm = any gated metric of the run regressed, Holm
-over the family), detection rate of each injection on test_tpot, the median MDE, and pytest-benchmark's figures.
+  python benchmarks/gate_eval.py trees OUT                    # OUT/A, OUT/A2 and one tree per regression
+  python benchmarks/gate_eval.py true-size OUT --gens 120     # each tree's decode vs A's, interleaved in-process
+  python benchmarks/gate_eval.py trials OUT --plan "ab:spin05:2m:20,ab:A2:2m:20,pytest:A2:30,pytest:nograd:30"
+  python benchmarks/gate_eval.py report OUT                   # tables (also OUT/report.md)
+
+Plan items: ``ab:<tree>:<budget>:<trials>`` (A vs <tree>) and ``pytest:<tree>:<trials>`` (``--benchmark-compare``
+inside <tree>, with pytest-benchmark's ``--benchmark-compare-fail=median:5%`` beside it). ``trials`` is resumable:
+it appends to OUT/trials.jsonl and only runs what is missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-from perfsuite.gate import load, parse_config
-from perfsuite.gate.evaluate import evaluate
+ROOT = Path(__file__).resolve().parents[1]
+BACKEND_FILE = "perfsuite/backends/torch_backend.py"
+DECODE_HEAD = '''    @torch.inference_mode()
+    def decode(self, state: _State) -> StepResult:
+        out = self.model(input_ids=state.last[:, None], past_key_values=state.past, use_cache=True)
+        nxt = out.logits[:, -1, :].argmax(dim=-1)
+        tokens = nxt.tolist()
+'''
 
-CONFIGS = {
-    # the shipped defaults: run medians of per-generation values
-    "default (median_*; tpot/e2el 3 %, ttft 5 %)": {},
-    "median_*, threshold 0 (significance only)": {"policies": [
-        {"metric": "median_tpot_ms", "threshold": 0.0, "tests": ["test_tpot*"]},
-        {"metric": "median_ttft_ms", "threshold": 0.0, "tests": ["test_ttft*"]},
-        {"metric": "median_e2el_ms", "threshold": 0.0, "tests": ["test_e2e*"]},
-        {"metric": "generated_tokens", "exact": True}]},
-    "robust: min_itl_ms (tpot) / min_ttft_ms / min_e2el_ms, 3 %": {"policies": [
-        {"metric": "min_itl_ms", "threshold": 0.03, "tests": ["test_tpot*"]},
-        {"metric": "min_ttft_ms", "threshold": 0.03, "tests": ["test_ttft*"]},
-        {"metric": "min_e2el_ms", "threshold": 0.03, "tests": ["test_e2e*"]},
-        {"metric": "generated_tokens", "exact": True}]},
-    "robust: p10_itl_ms (tpot) / min_ttft_ms / min_e2el_ms, 3 %": {"policies": [
-        {"metric": "p10_itl_ms", "threshold": 0.03, "tests": ["test_tpot*"]},
-        {"metric": "min_ttft_ms", "threshold": 0.03, "tests": ["test_ttft*"]},
-        {"metric": "min_e2el_ms", "threshold": 0.03, "tests": ["test_e2e*"]},
-        {"metric": "generated_tokens", "exact": True}]},
+
+def _spin(fraction: float) -> tuple[str, str]:
+    """A decode step followed by host-side busy work for ``fraction`` x the step (the calibration spin, as code)."""
+    new = DECODE_HEAD.replace("        out = self.model(", "        t0 = time.perf_counter()\n        out = self.model(")
+    new += f"        burn_for({fraction!r} * (time.perf_counter() - t0))  # regression under test\n"
+    return new, f"decode spins {fraction:.0%} of each step on the host"
+
+
+# name -> (replacement of DECODE_HEAD, commit message)
+REGRESSIONS: dict[str, tuple[str, str]] = {
+    "spin02": _spin(0.02),
+    "spin05": _spin(0.05),
+    "spin10": _spin(0.10),
+    # an ordinary change: the decode step under no_grad instead of inference_mode (autograd's version counters and
+    # view tracking come back on every op)
+    "nograd": (DECODE_HEAD.replace("@torch.inference_mode()", "@torch.no_grad()"),
+               "decode under torch.no_grad() instead of torch.inference_mode()"),
 }
 
 
-def simulate(sigma_b: float, sigma_w: float, n_gen: int, n: int, alpha: float, seed: int = 0) -> None:
-    """Operating characteristics at a stated noise level (synthetic runs; NOT a measurement of this machine).
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
-    Run r's per-generation values: 3.4 ms * exp(shift + b_r + e_rg), b_r ~ N(0, sigma_b) (process effect),
-    e_rg ~ N(0, sigma_w). One metric at the Bonferroni share alpha/3 (three gated metrics per cell)."""
-    import math
+
+def cmd_trees(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    head = git("rev-parse", "HEAD")
+    for name in ["A", "A2", *REGRESSIONS]:
+        tree = out / name
+        if tree.exists():
+            print(f"{tree}: exists")
+            continue
+        git("worktree", "add", "--detach", str(tree), head)
+        if name in REGRESSIONS:
+            new, msg = REGRESSIONS[name]
+            f = tree / BACKEND_FILE
+            src = f.read_text()
+            if DECODE_HEAD not in src:
+                sys.exit(f"{f}: decode step not found; update DECODE_HEAD in {__file__}")
+            src = src.replace(DECODE_HEAD, new)
+            if "burn_for" in new:
+                src = src.replace("import torch\n", "import time\n\nimport torch\n", 1)
+                src = src.replace("from perfsuite import memory\n",
+                                  "from perfsuite import memory\nfrom perfsuite.backends.inject import burn_for\n", 1)
+            f.write_text(src)
+            git("commit", "-qam", f"regression for gate evaluation: {msg}", cwd=tree)
+        print(f"{tree}: {git('log', '-1', '--format=%h %s', cwd=tree)}")
+
+
+# ------------------------------------------------------------------------------------------------- true size
+def _load_backend_class(tree: Path, tag: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_tb_{tag}", tree / BACKEND_FILE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.TorchBackend
+
+
+def cmd_true_size(out: Path, gens: int, names: list[str]) -> None:
+    """One process, both trees' decode code on the same model, generations interleaved in random order: the
+    between-process noise is absent, so the ratio is the change's true size on this machine."""
+    import dataclasses
 
     import numpy as np
 
-    from perfsuite.gate.policy import Policy
-    from perfsuite.gate.verdict import decide, estimate_cell
+    from perfsuite import models
+    from perfsuite.cells import Cell, Scenario
 
-    rng = np.random.default_rng(seed)
-    a1 = alpha / 3
-    pol = Policy("median_tpot_ms", threshold=0.03)
-    cfg = parse_config({"alpha": alpha, "baseline_runs": 1000})
+    resolved = models.resolve("tiny-llama")
+    cell = dataclasses.replace(Cell("torch", "tiny-llama", "float32", Scenario("short", 1, 64, 32)),
+                               model_dir=resolved.path)
+    prompts = models.prompts(1, 64, resolved.vocab_size)
+    results = json.loads((out / "true_size.json").read_text()) if (out / "true_size.json").exists() else {}
+    for name in names:
+        a = _load_backend_class(out / "A", "A")(cell)
+        b = _load_backend_class(out / name, name)(cell)
+        a.load()
+        b.load()
+        tpot: dict[str, list[float]] = {"A": [], "B": []}
 
-    def run(shift: float) -> dict:
-        g = list(3.4 * np.exp(shift + rng.normal(0, sigma_b) + rng.normal(0, sigma_w, n_gen)))
-        return {"extra_info": {"samples": {"tpot_ms": g}}, "stats": {}}
+        def generation(backend: Any) -> float:
+            step = backend.prefill(prompts)
+            t0 = time.perf_counter()
+            for _ in range(31):
+                step = backend.decode(step.state)
+            return (time.perf_counter() - t0) / 31 * 1e3
 
-    print(f"simulation: between-run SD {sigma_b:.1%}, within-run SD {sigma_w:.1%}, {n_gen} generations/run, "
-          f"{n} comparisons per cell, alpha {alpha:g} family (per metric {a1:.2g}), threshold 3 %")
-    designs = [("gate R=5  C=1", 5, 1, 0), ("gate R=10 C=1", 10, 1, 0), ("gate R=10 C=3", 10, 3, 0),
-               ("gate R=10 C=5", 10, 5, 0), ("ab k=6 pairs", 0, 0, 6), ("ab k=10 pairs", 0, 0, 10)]
-    for shift in (0.0, math.log(1.05), math.log(1.10)):
-        row = []
-        for label, r, c, k in designs:
-            hits = 0
-            for _ in range(n):
-                if k:
-                    a_runs = [run(0.0) for _ in range(k)]
-                    b_runs = [run(shift) for _ in range(k)]
-                    cell = estimate_cell("t", pol, a_runs, b_runs, cfg, paired=True)
-                else:
-                    cell = estimate_cell("t", pol, [run(0.0) for _ in range(r)], [run(shift) for _ in range(c)],
-                                         cfg)
-                hits += decide(cell, a1, 0.8).failed
-            row.append(f"{label}: {100 * hits / n:5.1f}%")
-        # pytest-benchmark median:5%: one run vs one run
-        pb = sum(float(np.median(run(shift)["extra_info"]["samples"]["tpot_ms"]))
-                 / float(np.median(run(0.0)["extra_info"]["samples"]["tpot_ms"])) > 1.05 for _ in range(n))
-        row.append(f"pytest-benchmark median:5%: {100 * pb / n:5.1f}%")
-        print(f"  true change {math.expm1(shift):+.0%} -> fail rate  " + " | ".join(row))
+        for _ in range(3):
+            generation(a), generation(b)
+        for _ in range(gens):
+            for side in random.sample(["A", "B"], 2):
+                tpot[side].append(generation(a if side == "A" else b))
+        ratios = np.log(np.array(tpot["B"]) / np.array(tpot["A"]))
+        rng = np.random.default_rng(0)
+        boots = [math.expm1(float(np.median(rng.choice(ratios, ratios.size)))) for _ in range(2000)]
+        size = math.expm1(float(np.median(ratios)))
+        results[name] = {"true_change": size, "ci95": [float(np.percentile(boots, 2.5)),
+                                                     float(np.percentile(boots, 97.5))],
+                         "median_tpot_ms_A": statistics.median(tpot["A"]),
+                         "median_tpot_ms_B": statistics.median(tpot["B"]), "generations": gens,
+                         "commit": git("log", "-1", "--format=%h %s", cwd=out / name)}
+        print(f"{name}: {size:+.2%} (95% CI {results[name]['ci95'][0]:+.2%} .. {results[name]['ci95'][1]:+.2%}), "
+              f"A {results[name]['median_tpot_ms_A']:.3f} ms, B {results[name]['median_tpot_ms_B']:.3f} ms")
+        a.close()
+        b.close()
+    (out / "true_size.json").write_text(json.dumps(results, indent=1))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("corpus", type=Path, nargs="?")
-    ap.add_argument("--simulate", default=None, metavar="SIGMA_B,SIGMA_W",
-                    help="instead of a corpus: synthetic runs at this between/within-run SD, e.g. 0.02,0.015")
-    ap.add_argument("--sim-n", type=int, default=1000)
-    ap.add_argument("--baseline-runs", type=int, default=5)
-    ap.add_argument("--alpha", type=float, default=0.01)
-    ap.add_argument("--draws", type=int, default=10)
-    ap.add_argument("--only", default=None, help="substring of a configuration name")
+# ----------------------------------------------------------------------------------------------------- trials
+def _parse_plan(plan: str) -> list[dict[str, Any]]:
+    items = []
+    for part in plan.split(","):
+        f = part.strip().split(":")
+        if f[0] == "ab" and len(f) == 4:
+            items.append({"kind": "ab", "tree": f[1], "budget": f[2], "n": int(f[3])})
+        elif f[0] == "pytest" and len(f) == 3:
+            items.append({"kind": "pytest", "tree": f[1], "n": int(f[2])})
+        else:
+            sys.exit(f"bad plan item {part!r}: ab:<tree>:<budget>:<n> or pytest:<tree>:<n>")
+    return items
+
+
+def _key(item: dict[str, Any]) -> str:
+    return f"{item['kind']}:{item['tree']}" + (f":{item['budget']}" if item["kind"] == "ab" else "")
+
+
+def _env(tree: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PERFSUITE_INJECT_DECODE_SLOWDOWN", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tree)
+    return env
+
+
+def run_ab(out: Path, item: dict[str, Any]) -> dict[str, Any]:
+    tree = out / item["tree"]
+    with tempfile.TemporaryDirectory() as tmp:
+        res_path = Path(tmp) / "ab.json"
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "perfsuite.cli", "ab", "--a", str(out / "A"), "--b", str(tree),
+                               "--budget", item["budget"], "--backend", "torch", "--json", str(res_path)],
+                              cwd=tree, env=_env(tree), capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        data = json.loads(res_path.read_text()) if res_path.exists() else {}
+    rows = {r["metric"]: r for r in data.get("verdicts", [])}
+    tp = rows.get("median_tpot_ms", {})
+    return {"rc": proc.returncode, "wall_s": wall, "stopped": data.get("stopped"), "tpot_kind": tp.get("kind"),
+            "tpot_change": tp.get("change"), "tpot_ci": [tp.get("ci_low"), tp.get("ci_high")],
+            "pairs": tp.get("pairs"), "kinds": {m: r.get("kind") for m, r in rows.items()},
+            "tail": "" if proc.returncode in (0, 1) else (proc.stdout + proc.stderr)[-1500:]}
+
+
+_PB = re.compile(r"Performance has regressed:\s*(.*?)(?:\n\S|\Z)", re.S)
+
+
+def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
+    tree = out / item["tree"]
+    with tempfile.TemporaryDirectory() as tmp:
+        gate_json = Path(tmp) / "gate.json"
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
+                               "-p", "no:randomly", "-p", "no:cacheprovider", "--benchmark-compare",
+                               "--benchmark-compare-fail=median:5%", f"--perf-gate-json={gate_json}"],
+                              cwd=tree, env=_env(tree), capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        verdicts = json.loads(gate_json.read_text()) if gate_json.exists() else []
+    text = proc.stdout + proc.stderr
+    failed = sorted(set(re.findall(r"FAILED \S+::(test_\w+)\[", text)))
+    m = _PB.search(text)
+    pb = sorted(set(re.findall(r"(test_\w+)\[", m.group(1)))) if m else []
+    by = {v["test"].split("::")[-1].split("[")[0]: v for v in verdicts if not v.get("method") == "exact"}
+    return {"rc": proc.returncode, "wall_s": wall, "gate_failed": failed, "pb_regressed": pb,
+            "kinds": {t: v["kind"] for t, v in by.items()},
+            "changes": {t: (v["ratio"] - 1 if v.get("ratio") else None) for t, v in by.items()},
+            "mde": {t: v.get("mde") for t, v in by.items()},
+            "tail": "" if proc.returncode in (0, 1) else text[-1500:]}
+
+
+def cmd_trials(out: Path, plan: str, seed: int | None) -> None:
+    items = _parse_plan(plan)
+    log = out / "trials.jsonl"
+    done: dict[str, int] = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            r = json.loads(line)
+            done[r["key"]] = done.get(r["key"], 0) + 1
+    todo = [it for it in items for _ in range(max(0, it["n"] - done.get(_key(it), 0)))]
+    random.Random(seed).shuffle(todo)
+    print(f"{len(todo)} trial(s) to run", flush=True)
+    t_start = time.monotonic()
+    for i, it in enumerate(todo, 1):
+        res = run_ab(out, it) if it["kind"] == "ab" else run_pytest(out, it)
+        rec = {"key": _key(it), **it, **res, "finished": time.time()}
+        with log.open("a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        left = (time.monotonic() - t_start) / i * (len(todo) - i)
+        summary = (f"tpot {res.get('tpot_kind')} after {res.get('pairs')} pairs" if it["kind"] == "ab" else
+                   f"gate failed {res['gate_failed'] or '-'}; pytest-benchmark {res['pb_regressed'] or '-'}")
+        print(f"[{i}/{len(todo)}] {_key(it)} rc={res['rc']} {res['wall_s']:.0f}s {summary}; ~{left / 60:.0f} min left",
+              flush=True)
+
+
+# ----------------------------------------------------------------------------------------------------- report
+def _rate(k: int, n: int) -> str:
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return "n/a"
+    ci = binomtest(k, n).proportion_ci(0.95, method="exact")
+    return f"{k}/{n} = {100 * k / n:.1f} % (95 % CI {100 * ci.low:.1f}-{100 * ci.high:.1f} %)"
+
+
+def cmd_report(out: Path) -> None:
+    recs = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    true = json.loads((out / "true_size.json").read_text()) if (out / "true_size.json").exists() else {}
+    lines = ["# perfsuite gate evaluation", "", f"trials: {len(recs)}, from {time.ctime(min(r['finished'] for r in recs))}"
+             f" to {time.ctime(max(r['finished'] for r in recs))}", ""]
+    lines += ["## True size of each regression (one process, interleaved generations)", "",
+              "| tree | change | true TPOT change (95 % CI) |", "|---|---|---|"]
+    for name, t in true.items():
+        lines.append(f"| {name} | {t['commit']} | {t['true_change']:+.2%} ({t['ci95'][0]:+.2%} .. {t['ci95'][1]:+.2%}) |")
+    lines += ["", "## perfsuite ab (A = HEAD, B = tree), torch tiny-llama cell", "",
+              "| B tree | budget | trials | TPOT regression verdicts | any regression | median pairs | median wall |",
+              "|---|---|---|---|---|---|---|"]
+    for key in sorted({r["key"] for r in recs if r["kind"] == "ab"}):
+        rs = [r for r in recs if r["key"] == key and r["rc"] in (0, 1)]
+        bad = [r for r in recs if r["key"] == key and r["rc"] not in (0, 1)]
+        k = sum(r["tpot_kind"] == "regression" for r in rs)
+        anyk = sum(r["rc"] == 1 for r in rs)
+        lines.append(f"| {rs[0]['tree'] if rs else key} | {key.split(':')[-1]} | {len(rs)}"
+                     + (f" (+{len(bad)} failed)" if bad else "") + f" | {_rate(k, len(rs))} | {_rate(anyk, len(rs))} | "
+                     f"{statistics.median([r['pairs'] or 0 for r in rs]) if rs else '-'} | "
+                     f"{statistics.median([r['wall_s'] for r in rs]) if rs else 0:.0f} s |")
+    lines += ["", "## pytest --benchmark-compare against the committed baselines, torch tiny-llama cell", "",
+              "| tree | trials | gate: run fails | gate: test_tpot fails | pytest-benchmark median:5%: any | "
+              "median:5%: test_tpot | gate TPOT verdicts |", "|---|---|---|---|---|---|---|"]
+    for key in sorted({r["key"] for r in recs if r["kind"] == "pytest"}):
+        rs = [r for r in recs if r["key"] == key and r["rc"] in (0, 1)]
+        kinds: dict[str, int] = {}
+        for r in rs:
+            kinds[r["kinds"].get("test_tpot", "none")] = kinds.get(r["kinds"].get("test_tpot", "none"), 0) + 1
+        lines.append(f"| {key.split(':')[1]} | {len(rs)} | {_rate(sum(bool(r['gate_failed']) for r in rs), len(rs))} | "
+                     f"{_rate(sum('test_tpot' in r['gate_failed'] for r in rs), len(rs))} | "
+                     f"{_rate(sum(bool(r['pb_regressed']) for r in rs), len(rs))} | "
+                     f"{_rate(sum('test_tpot' in r['pb_regressed'] for r in rs), len(rs))} | "
+                     + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + " |")
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    print(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("trees")
+    p.add_argument("out", type=Path)
+    p = sub.add_parser("true-size")
+    p.add_argument("out", type=Path)
+    p.add_argument("--gens", type=int, default=120)
+    p.add_argument("--trees", default=",".join(["A2", *REGRESSIONS]))
+    p = sub.add_parser("trials")
+    p.add_argument("out", type=Path)
+    p.add_argument("--plan", required=True)
+    p.add_argument("--seed", type=int, default=None)
+    p = sub.add_parser("report")
+    p.add_argument("out", type=Path)
     a = ap.parse_args()
-    if a.simulate:
-        sb, sw = (float(x) for x in a.simulate.split(","))
-        simulate(sb, sw, 5, a.sim_n, a.alpha)
-        return 0
-    runs = load.load_runs(a.corpus)
-    for name, raw in CONFIGS.items():
-        if a.only and a.only not in name:
-            continue
-        cfg = parse_config({**raw, "alpha": a.alpha, "baseline_runs": a.baseline_runs})
-        print(f"=== gate: {name}; alpha={a.alpha:g}, baseline_runs={a.baseline_runs}, draws={a.draws}")
-        for line in evaluate(runs, cfg, draws=a.draws, seed=0).lines():
-            print(line)
-        print()
-    return 0
+    if a.cmd == "trees":
+        cmd_trees(a.out)
+    elif a.cmd == "true-size":
+        cmd_true_size(a.out, a.gens, a.trees.split(","))
+    elif a.cmd == "trials":
+        cmd_trials(a.out, a.plan, a.seed)
+    else:
+        cmd_report(a.out)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -28,20 +28,34 @@ def list_runs(directory: Path) -> list[Path]:
     return sorted((p for p in directory.iterdir() if _NAME.match(p.name)), key=lambda p: p.name)
 
 
-def read_run(path: Path, runner_class: str | None = None) -> dict[str, Any]:
-    fix = "restore it with `git checkout -- <file>` or re-record with --perf-update-baselines"
+ROLES = ("baseline", "current")
+
+
+def read_run(path: Path, runner_class: str | None = None, role: str = "baseline") -> dict[str, Any]:
+    """A validated run file. ``role`` names it in messages: ``baseline`` (a stored run, the default) or ``current``
+    (a run being compared, e.g. ``perfsuite compare``'s second argument), whose fix is to re-run, not to restore."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r}: use one of {', '.join(ROLES)}")
+    what = "baseline" if role == "baseline" else "current run"
+    if role == "baseline":
+        fix = "restore it with `git checkout -- <file>` or re-record with --perf-update-baselines"
+        record = "record baselines with `pytest --perf-update-baselines`"
+    else:
+        fix = "re-run the benchmarks to write it again (pytest --benchmark-json=FILE)"
+        record = "write current runs with perfsuite's pytest plugin loaded (pytest --benchmark-json=FILE)"
     try:
         data = json.loads(Path(path).read_text(encoding="utf8"))
     except FileNotFoundError as exc:
-        raise BaselineError(f"{path}: no such baseline file") from exc
+        raise BaselineError(f"{path}: no such {what} file") from exc
+    except IsADirectoryError as exc:
+        raise BaselineError(f"{path}: a folder, not a {what} file") from exc
     except (ValueError, UnicodeDecodeError) as exc:
-        raise BaselineError(f"{path}: corrupt baseline (not valid JSON: {exc}); {fix}") from exc
+        raise BaselineError(f"{path}: corrupt {what} (not valid JSON: {exc}); {fix}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise BaselineError(f"{path}: not a pytest-benchmark result (no 'benchmarks' list); {fix}")
-    meta = data.get("machine_info", {}).get("perfsuite")
+    meta = (data.get("machine_info") or {}).get("perfsuite") if isinstance(data.get("machine_info"), dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("schema_version"), int):
-        raise BaselineError(f"{path}: no machine_info.perfsuite.schema_version: not written by perfsuite; "
-                            "record baselines with `pytest --perf-update-baselines`")
+        raise BaselineError(f"{path}: no machine_info.perfsuite.schema_version: not written by perfsuite; {record}")
     if meta["schema_version"] > SCHEMA_VERSION:
         raise BaselineError(f"{path}: schema_version {meta['schema_version']} is newer than this perfsuite "
                             f"({SCHEMA_VERSION}); upgrade perfsuite or re-record with --perf-update-baselines")
@@ -62,8 +76,54 @@ def read_runs(directory: Path, runner_class: str | None = None, last: int | None
     return [read_run(p, runner_class) for p in paths]
 
 
-def write_run(directory: Path, data: dict[str, Any], tag: str) -> Path:
-    """Add one run file atomically; never overwrites. Returns the new path."""
+def class_dir(baselines_dir: Path, runner_class: str) -> Path:
+    """``baselines_dir/<runner_class>``, refused (BaselineError) unless the class is a valid runner class and the
+    folder, symlinks resolved, lies inside ``baselines_dir``: a class never names a path."""
+    from perfsuite.runner_class import validate
+
+    try:
+        validate(runner_class)
+    except ValueError as exc:
+        raise BaselineError(str(exc)) from None
+    folder = Path(baselines_dir) / runner_class
+    root = Path(baselines_dir).resolve()
+    real = folder.resolve()
+    if real.parent != root:
+        raise BaselineError(f"{folder}: resolves to {real}, outside {root}; a runner class folder must be a "
+                            "plain folder in the baselines folder (remove the symlink)")
+    return folder
+
+
+def _umask() -> int:
+    try:  # Linux >= 4.7 reports it without changing it (os.umask(0) would, briefly, for every thread)
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode() -> int:
+    """What ``open()`` gives a new file, 0666 less the umask (0644 under the usual 022); mkstemp gives 0600."""
+    return 0o666 & ~_umask()
+
+
+def write_run(directory: Path, data: dict[str, Any], tag: str, *, baselines_dir: Path | None = None) -> Path:
+    """Add one run file atomically; never overwrites. Returns the new path.
+
+    With ``baselines_dir``, ``directory`` must be one runner class folder inside it (see :func:`class_dir`).
+    The file gets the mode a committed baseline has (0666 less the umask: 0644 under the usual 022), not mkstemp's
+    0600.
+    """
+    if baselines_dir is not None:
+        rel = Path(directory).relative_to(baselines_dir) if Path(directory).is_relative_to(baselines_dir) else None
+        if rel is None or len(rel.parts) != 1:
+            raise BaselineError(f"{directory}: not a runner class folder of {baselines_dir}; refusing to write there")
+        class_dir(baselines_dir, rel.parts[0])
     tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", tag)[:80] or "run"
     directory.mkdir(parents=True, exist_ok=True)
     payload = json.dumps(data, indent=2, sort_keys=False).encode()
@@ -72,6 +132,7 @@ def write_run(directory: Path, data: dict[str, Any], tag: str) -> Path:
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
+            os.fchmod(fh.fileno(), _file_mode())
             os.fsync(fh.fileno())
         for _ in range(100):
             runs = list_runs(directory)

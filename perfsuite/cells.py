@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,13 +55,44 @@ class Cell:
     def option(self, key: str, default: Any = None) -> Any:
         return dict(self.options).get(key, default)
 
-    def as_dict(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, Any]:
+        """What changes the timed workload but is not in :attr:`id`: the backend options that change what runs
+        (perfsuite.backends.options marks diagnostics-only ones), the device and the seed of the prompts."""
+        return identity_of(self.as_dict(hashed=False))
+
+    @property
+    def options_hash(self) -> str:
+        """12 hex digits over :meth:`identity`: two runs of one cell id compare only if their hashes agree.
+
+        Options are hashed as given: ``io_binding = false`` written out and left to its default hash differently,
+        which refuses a comparison that would have been valid rather than allowing one that is not.
+        """
+        return options_hash_of(self.as_dict(hashed=False))
+
+    def as_dict(self, hashed: bool = True) -> dict[str, Any]:
         d = asdict(self)
         d["scenario"] = asdict(self.scenario)
         d["options"] = dict(self.options)
         d["model_dir"] = str(self.model_dir) if self.model_dir else None
         d["id"] = self.id
+        if hashed:
+            d["options_hash"] = options_hash_of(d)
         return d
+
+
+def identity_of(cell: dict[str, Any]) -> dict[str, Any]:
+    """:meth:`Cell.identity` of a stored cell (``extra_info["cell"]``, a :meth:`Cell.as_dict`)."""
+    from perfsuite.backends.options import workload_items
+
+    return {"options": workload_items(str(cell.get("backend")), dict(cell.get("options") or {})),
+            "device": cell.get("device", "cpu"), "seed": cell.get("seed", 0)}
+
+
+def options_hash_of(cell: dict[str, Any]) -> str:
+    """The options hash of a stored cell; the same as ``Cell.options_hash``, so a file written before the hash was
+    stored (no ``options_hash`` key) can be checked by recomputing it from its ``options``, ``device`` and ``seed``."""
+    blob = json.dumps(identity_of(cell), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def model_slug(model: str) -> str:

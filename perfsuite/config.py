@@ -7,6 +7,7 @@ the plugin turns it into ``pytest.UsageError``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from perfsuite.cells import DEVICES, DTYPES, QUANTIZATIONS, Cell, Scenario
+from perfsuite.preflight import ON_BUSY, LoadPolicy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,6 +44,10 @@ class Profile:
     attn_implementations: tuple[str, ...] = ("sdpa",)
     warmup_generations: int = 1  # untimed generations before the timed ones, per test
     generations: int = 5  # timed generations per test (TTFT/E2E rounds; TPOT rounds = generations * (n - 1))
+    # Fresh worker processes that each measure a cell (the unit of the gate); 0 = in the pytest process.
+    worker_processes: int = 10
+    # Per-backend override, e.g. {"vllm": 2}: engines that take seconds to start use fewer.
+    worker_processes_by_backend: tuple[tuple[str, int], ...] = ()
     # Cells beyond the cross product of the axes (e.g. one vLLM TP=2 and one AWQ cell): (backend, model, dtype,
     # scenario, quantization, tensor_parallel_size, attn_implementation); see _extra_cells.
     cells: tuple[tuple[str, str, str, str, str, int, str], ...] = ()
@@ -56,6 +62,7 @@ class PerfConfig:
     profiles: Mapping[str, Profile]
     backend_options: Mapping[str, Mapping[str, Any]]
     gate: Mapping[str, Any] = field(default_factory=dict)  # parsed by perfsuite.gate
+    preflight: LoadPolicy = field(default_factory=LoadPolicy)  # [tool.perfsuite.preflight]
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,14 @@ class Settings:
     update_baselines: bool
     backends: tuple[str, ...]
     models: tuple[str, ...]
+    workers: int | None = None  # --perf-workers: overrides the profile for every backend
+    # cell id -> why its scenario does not fit its model's context (models.check_fits): skip these cells.
+    unfit: Mapping[str, str] = field(default_factory=dict)
+
+    def workers_for(self, backend: str) -> int:
+        if self.workers is not None:
+            return self.workers
+        return dict(self.profile.worker_processes_by_backend).get(backend, self.profile.worker_processes)
 
     def cells(self) -> list[Cell]:
         p = self.profile
@@ -98,7 +113,9 @@ def _dedupe(cells: list[Cell]) -> list[Cell]:
     return list(seen.values())
 
 
-_TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_options", "gate"}
+# "history" is read by perfsuite.history (the run database's path); listed here so it is not an unknown key.
+_TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_options", "gate", "preflight", "history"}
+_PREFLIGHT_KEYS = {"max_other_cores", "max_steal_cores", "load_sample_s", "on_busy"}
 _SCENARIO_KEYS = {"batch_size", "prompt_tokens", "new_tokens"}
 _PROFILE_KEYS = {f for f in Profile.__dataclass_fields__ if f != "name"}
 _CELL_KEYS = {"backend", "model", "dtype", "scenario", "quantization", "tensor_parallel_size", "attn_implementation"}
@@ -186,6 +203,7 @@ def load(pyproject: Path | None, root: Path) -> PerfConfig:
 
 def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
     from perfsuite.backends import known_backends  # registry only: no heavy import
+    from perfsuite.backends import options as backend_options
 
     _expect(isinstance(raw, Mapping), "[tool.perfsuite] must be a table")
     _unknown("", set(raw), _TOP_KEYS)
@@ -222,15 +240,32 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
             v = pr["tensor_parallel_sizes"]
             _expect(isinstance(v, list) and bool(v), f"{_where(sec, 'tensor_parallel_sizes')} must be a list of integers")
             kw["tensor_parallel_sizes"] = tuple(_pos_int(sec, "tensor_parallel_sizes", t) for t in v)
-        for k in ("warmup_generations", "generations"):
+        for k in ("warmup_generations", "generations", "worker_processes"):
             if k in pr:
-                kw[k] = _pos_int(sec, k, pr[k], minimum=0 if k.startswith("warmup") else 1)
+                kw[k] = _pos_int(sec, k, pr[k], minimum=1 if k == "generations" else 0)
+        if "worker_processes_by_backend" in pr:
+            v = pr["worker_processes_by_backend"]
+            _expect(isinstance(v, Mapping), f"{_where(sec, 'worker_processes_by_backend')} must be a table "
+                                            "backend = processes, e.g. { vllm = 2 }")
+            for b in v:
+                _expect(b in known_backends(), f"{_where(sec, 'worker_processes_by_backend')}: {b!r} is not one of "
+                                               f"{', '.join(known_backends())}")
+            kw["worker_processes_by_backend"] = tuple(sorted(
+                (b, _pos_int(sec, f"worker_processes_by_backend.{b}", n, minimum=0)) for b, n in v.items()))
         if "cells" in pr:
             kw["cells"] = _extra_cells(sec, pr["cells"], scenarios, known_backends())
         profiles[name] = Profile(name, **kw)
     opts = raw.get("backend_options", {})
+    _expect(isinstance(opts, Mapping), "[tool.perfsuite.backend_options] must be a table of tables, one per backend")
     _unknown("backend_options", set(opts), set(known_backends()))
+    for backend, table in opts.items():
+        _expect(isinstance(table, Mapping), f"{_where('backend_options', backend)} must be a table of options")
+        try:
+            backend_options.validate(backend, table)
+        except backend_options.OptionError as exc:
+            raise ConfigError(str(exc)) from None
     cache = raw.get("cache_dir")
+    preflight = _preflight(raw.get("preflight", {}))
     return PerfConfig(
         root=root,
         baselines_dir=root / str(raw.get("baselines_dir", "baselines")),
@@ -239,7 +274,26 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
         profiles=MappingProxyType(profiles),
         backend_options=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in opts.items()}),
         gate=MappingProxyType(dict(raw.get("gate", {}))),
+        preflight=preflight,
     )
+
+
+def _preflight(raw: Any) -> LoadPolicy:
+    _expect(isinstance(raw, Mapping), "[tool.perfsuite.preflight] must be a table")
+    _unknown("preflight", set(raw), _PREFLIGHT_KEYS)
+    kw: dict[str, Any] = {}
+    for key, lo, hi in (("max_other_cores", 0.0, 1024.0), ("max_steal_cores", 0.0, 1024.0),
+                        ("load_sample_s", 0.05, 10.0)):
+        if key in raw:
+            v = raw[key]
+            _expect(isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi,
+                    f"{_where('preflight', key)} must be a number from {lo:g} to {hi:g}, got {v!r}")
+            kw["interval_s" if key == "load_sample_s" else key] = float(v)
+    if "on_busy" in raw:
+        _expect(raw["on_busy"] in ON_BUSY, f"{_where('preflight', 'on_busy')}: {raw['on_busy']!r} is not one of "
+                                           f"{', '.join(ON_BUSY)}")
+        kw["on_busy"] = raw["on_busy"]
+    return LoadPolicy(**kw)
 
 
 def pick(cli: Any, env_name: str, ini: Any, default: Any) -> Any:
@@ -254,21 +308,50 @@ def pick(cli: Any, env_name: str, ini: Any, default: Any) -> Any:
     return default
 
 
+RUNNER_CLASS_SOURCE = "runner class (--perf-runner-class, PERFSUITE_RUNNER_CLASS or ini perfsuite_runner_class)"
+
+
 def resolve(config: PerfConfig, *, profile: str, device: str, backends: str | None, models: str | None,
-            runner_class: str, update_baselines: bool) -> Settings:
+            runner_class: str, update_baselines: bool, runner_class_source: str = RUNNER_CLASS_SOURCE,
+            workers: str | int | None = None) -> Settings:
+    """Validate the options against the config. Models are checked here too (config.json, no custom code) and each
+    cell's scenario against its model's context; cells that do not fit are listed in ``Settings.unfit``."""
     from perfsuite import models as model_registry
+    from perfsuite import runner_class as rc_mod
     from perfsuite.backends import known_backends
 
     _expect(profile in config.profiles,
             f"--perf-profile {profile!r}: unknown profile; use one of {', '.join(PROFILES)}")
     _expect(device in DEVICES, f"--perf-device {device!r}: use one of {', '.join(DEVICES)} (a ROCm GPU is 'cuda')")
+    try:
+        rc = rc_mod.validate(runner_class, runner_class_source)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     prof = config.profiles[profile]
     bk = tuple(b.strip() for b in backends.split(",") if b.strip()) if backends else prof.backends
     for b in bk:
         _expect(b in known_backends(),
                 f"--perf-backend {b!r}: unknown backend; use one of {', '.join(known_backends())}")
     md = tuple(m.strip() for m in models.split(",") if m.strip()) if models else prof.models
+    configs = {}
     for m in md:
         _expect(model_registry.known_model(m),
                 f"--perf-model {m!r}: unknown model; use {model_registry.describe_models()}")
-    return Settings(config, prof, device, runner_class, update_baselines, bk, md)
+        try:
+            configs[m] = model_registry.model_config(m, config.cache_dir)
+        except model_registry.ModelError as exc:
+            raise ConfigError(f"model {m!r}: {exc}") from None
+    w: int | None = None
+    if workers not in (None, ""):
+        try:
+            w = int(str(workers))
+        except ValueError:
+            w = -1
+        _expect(w >= 0, f"--perf-workers {workers!r}: use a whole number of worker processes >= 0 (0 = measure in "
+                        "the pytest process)")
+    settings = Settings(config, prof, device, rc, update_baselines, bk, md, w)
+    cells = settings.cells()
+    unfit = {c.id: why for c in cells if (why := model_registry.check_fits(c, config=configs[c.model]))}
+    _expect(not cells or len(unfit) < len(cells),
+            f"no cell of this selection fits its model: {next(iter(unfit.values()), '')}")
+    return dataclasses.replace(settings, unfit=MappingProxyType(unfit))

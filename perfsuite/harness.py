@@ -1,53 +1,254 @@
-"""One perf test = one measurement of one cell, recorded in pytest-benchmark's stats and ``extra_info``."""
+"""From collected perf tests to recorded benchmarks: plan the session's measurement, have worker processes do it,
+hand each test its values.
+
+Path: the ``perf`` fixture asks :func:`measured` for its cell -> the first call measures every selected cell in
+``worker_processes`` fresh worker processes each (perfsuite.worker), in a random interleaved order, with the
+metrics of each process in random order -> :class:`PerfRun.run` puts the workers' rounds into the test's
+pytest-benchmark fixture (its statistics and JSON stay per token), fills ``extra_info`` (pooled samples, one entry
+per process, how it was measured) and asks the gate for a verdict.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfsuite import measure
 from perfsuite.cells import Cell
+from perfsuite.worker.job import METRICS, ProcessResult, options_hash
 
 if TYPE_CHECKING:
-    from perfsuite.backends.base import Backend
     from perfsuite.session import PerfSession
+
+METRIC_OF_TEST = {f"test_{m}": m for m in METRICS}
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    processes: list[ProcessResult] = field(default_factory=list)
+    skip: str | None = None
+    error: str | None = None
+    detail: str = ""
+    measured_by: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the session measures: cells (in collection order) and the metrics selected for each."""
+
+    cells: tuple[Cell, ...]
+    metrics: Mapping[str, tuple[str, ...]]  # cell id -> metrics in METRICS order
+
+
+def plan_from_items(items: Sequence[pytest.Item]) -> Plan:
+    cells: dict[str, Cell] = {}
+    metrics: dict[str, set[str]] = {}
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        cell = spec.params.get("perf_cell") if spec is not None else None
+        if not isinstance(cell, Cell):
+            continue
+        cells.setdefault(cell.id, cell)
+        m = METRIC_OF_TEST.get(getattr(item, "originalname", ""))
+        metrics.setdefault(cell.id, set()).update([m] if m else METRICS)
+    return Plan(tuple(cells.values()), {k: tuple(m for m in METRICS if m in v) for k, v in metrics.items()})
+
+
+def workers_for(session: PerfSession, cell: Cell) -> int:
+    return session.settings.workers_for(cell.backend)
+
+
+def measured_by(session: PerfSession, cell: Cell, workers: int, mode: str) -> dict[str, Any]:
+    """Everything about *how* a value was measured that must match before two runs are compared."""
+    p = session.settings.profile
+    return {"profile": p.name, "generations": p.generations, "warmup_generations": p.warmup_generations,
+            "worker_processes": workers, "mode": mode, "options_hash": options_hash(cell)}
+
+
+Progress = Callable[[int, int, str, ProcessResult], None]
+
+
+def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofile: bool = False,
+                 progress: Progress | None = None, seed: int | None = None) -> dict[str, CellResult]:
+    """Run every job of the plan. ``once``: pytest-benchmark is disabled -> one process, one generation per cell,
+    to show the workload runs (nothing is timed)."""
+    from perfsuite.worker import child, pool
+    from perfsuite.worker.job import make_job
+
+    settings = session.settings
+    rng = random.Random(seed)
+    cache = str(settings.config.cache_dir) if settings.config.cache_dir else None
+    results: dict[str, CellResult] = {}
+    jobs: list[tuple[Cell, int]] = []
+    for cell in plan.cells:
+        w = 1 if once else workers_for(session, cell)
+        mode = "inprocess" if w == 0 else ("fork" if pool.forkable(cell.backend) else "spawn")
+        results[cell.id] = CellResult(cell, measured_by=measured_by(session, cell, w, mode))
+        jobs += [(cell, i) for i in range(max(w, 1))]
+    rng.shuffle(jobs)
+    gens = 1 if once else settings.profile.generations
+    warm = 0 if once else settings.profile.warmup_generations
+    workers = pool.Pool(pool.this_side(), preload=pool.preload_modules({c.backend for c in plan.cells}))
+    try:
+        for n, (cell, i) in enumerate(jobs, 1):
+            res = results[cell.id]
+            if res.skip or res.error:
+                continue
+            metrics = list(plan.metrics[cell.id])
+            rng.shuffle(metrics)
+            job = make_job(cell, metrics, generations=gens, warmup=warm, cache_dir=cache, index=i,
+                           cprofile=cprofile and i == 0)
+            if res.measured_by["mode"] == "inprocess":
+                raw = child.run_job(job, workers.workdir)
+                pr = ProcessResult.from_wire(raw, pid=int(raw.get("pid", 0)), wall_s=0.0)
+            else:
+                pr = workers.measure(job, fork=res.measured_by["mode"] == "fork")
+            if pr.skip:
+                res.skip = pr.skip
+            elif pr.error:
+                res.error, res.detail = pr.error, pr.detail
+            else:
+                res.processes.append(pr)
+            if progress:
+                progress(n, len(jobs), cell.id, pr)
+    finally:
+        workers.close()
+    for res in results.values():
+        res.processes.sort(key=lambda p: p.index)
+    return results
+
+
+def measure_peaks(session: PerfSession, plan: Plan) -> dict[str, Any] | None:
+    """Copy bandwidth and matmul peak of the device, measured once when the run starts (in a worker, like every
+    other number): the references of each cell's roofline efficiency. None when it could not be measured."""
+    from perfsuite.worker import child, pool
+
+    cell = plan.cells[0]
+    job = {"kind": "peaks", "device": cell.device, "dtype": cell.dtype, "index": 0, "label": "peaks"}
+    if session.settings.workers_for(cell.backend) == 0:
+        import tempfile
+        from pathlib import Path
+
+        raw = child.run_job(job, Path(tempfile.gettempdir()))
+        info = raw.get("backend_info") or {}
+    else:
+        with pool.Pool(pool.this_side(), preload=pool.preload_modules({cell.backend})) as workers:
+            pr = workers.measure(job, fork=True, timeout_s=300)
+        info = pr.backend_info if not pr.error else {}
+    peaks = info.get("peaks")
+    return dict(peaks) if isinstance(peaks, dict) else None
+
+
+# ------------------------------------------------------------------------------------------- one perf test
+def record_rounds(benchmark: Any, rounds_s: Sequence[float]) -> None:
+    """Put rounds timed in worker processes into a pytest-benchmark fixture.
+
+    pytest-benchmark has no public API for values timed elsewhere; this is the one place that touches its private
+    ``_make_stats``/``_mode`` (tests/unit/test_harness.py pins the behaviour, so an upgrade that changes them fails
+    there first).
+    """
+    benchmark._mode = "perfsuite worker processes"
+    stats = benchmark._make_stats(1)
+    for d in rounds_s:
+        stats.update(float(d))
+
+
+def process_entry(p: ProcessResult, metric: str) -> dict[str, Any]:
+    m = p.metrics[metric]
+    return {"index": p.index, "pid": p.pid, "load_s": round(p.load_s, 4), "wall_s": round(p.wall_s, 4),
+            "samples": m.samples, "generated_tokens": m.generated_tokens, **m.memory}
+
+
+def pooled_samples(procs: Sequence[ProcessResult], metric: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for p in procs:
+        for k, v in p.metrics[metric].samples.items():
+            out.setdefault(k, []).extend(v)
+    return out
 
 
 @dataclass
 class PerfRun:
-    """Handed to each perf test by the ``perf`` fixture."""
+    """Handed to each perf test by the ``perf`` fixture: this cell's measurement, ready to record."""
 
     session: PerfSession
     cell: Cell
-    backend: Backend
-    prompts: list[list[int]]
+    result: CellResult
 
-    def run(self, metric: str, benchmark: Any, request: pytest.FixtureRequest) -> measure.Measurement:
-        p = self.session.settings.profile
+    def _roofline(self, info: dict[str, Any]) -> dict[str, Any]:
+        return _roofline_info(self.session, self.cell, info)
+
+    def run(self, metric: str, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
+        from perfsuite import measure
+
+        res = self.result
+        procs = [p for p in res.processes if metric in p.metrics]
+        if not procs:
+            pytest.fail(f"perfsuite: no worker measured {metric} for {self.cell.id}", pytrace=False)
         sc = self.cell.scenario
         benchmark.group = f"{metric}: {sc.slug}"
-        self.backend.reset_peak_memory()
-        if metric == "ttft":
-            m = measure.measure_ttft(benchmark, self.backend, self.prompts, p.generations, p.warmup_generations)
-        elif metric == "tpot":
-            m = measure.measure_tpot(benchmark, self.backend, self.prompts, sc.new_tokens, p.generations,
-                                     p.warmup_generations)
-        elif metric == "e2e":
-            m = measure.measure_e2e(benchmark, self.backend, self.prompts, sc.new_tokens, p.generations,
-                                    p.warmup_generations)
-        else:  # pragma: no cover - tests call with literals
-            raise ValueError(metric)
         info = benchmark.extra_info
+        pooled = pooled_samples(procs, metric)
+        m = measure.Measurement(metric, pooled,
+                                generated_tokens=sum(p.metrics[metric].generated_tokens for p in procs))
+        first = procs[0].metrics[metric].first_tokens
         info["cell"] = self.cell.as_dict()
         info["metric"] = m.metric
         info["runner_class"] = self.session.runner_class
         info.update(m.aggregates(self.cell))
-        info["samples"] = m.samples
+        info["samples"] = pooled
         info["generated_tokens"] = m.generated_tokens
-        info.update(self.backend.memory_stats().as_dict())
-        info["backend_info"] = self.backend.info()
-        info["first_tokens"] = [seq[:8] for seq in m.tokens]
+        info["processes"] = [process_entry(p, metric) for p in procs]
+        info["measured_by"] = dict(res.measured_by)
+        for key in sorted({k for p in procs for k in p.metrics[metric].memory}):
+            info[key] = max(p.metrics[metric].memory.get(key, 0) for p in procs)
+        info["backend_info"] = procs[0].backend_info
+        info.update(self._roofline(info))
+        info["first_tokens"] = first
+        info["tokens_agree"] = all(p.metrics[metric].first_tokens == first for p in procs)
+        if getattr(benchmark, "disabled", False):
+            benchmark._mode = "perfsuite worker processes (pytest-benchmark disabled: nothing timed)"
+            self.session.notes.append(f"perfsuite: {request.node.nodeid}: pytest-benchmark is disabled; the workload "
+                                      "ran once in a worker process and nothing was timed")
+            return info
+        record_rounds(benchmark, [r for p in procs for r in p.metrics[metric].rounds_s])
+        prof = procs[0].metrics[metric].cprofile_path
+        if prof and getattr(benchmark, "cprofile", False):
+            import pstats
+
+            benchmark.stats.cprofile_stats = pstats.Stats(prof)
         self.session.gate_check(request.node.nodeid, benchmark)
-        return m
+        return info
+
+
+def _roofline_info(session: PerfSession, cell: Cell, info: dict[str, Any]) -> dict[str, Any]:
+    """Achieved bandwidth / FLOP/s of this cell against the peaks measured at run start (perfsuite.roofline)."""
+    from perfsuite import models, roofline
+
+    peaks = session.peaks or {}
+    try:
+        config = models.resolve(cell.model, session.settings.config.cache_dir, materialize=False).config()
+        return roofline.annotate(cell, config, info, peaks.get("copy_bandwidth_bytes_per_s"),
+                                 device_name=(info.get("backend_info") or {}).get("device_name"),
+                                 matmul_flops_per_s=peaks.get("matmul_flops_per_s"))
+    except (OSError, ValueError, KeyError, models.ModelError) as exc:
+        return {"roofline_error": f"{type(exc).__name__}: {exc}"}
+
+
+def describe_process(p: ProcessResult, metric_hint: str = "tpot") -> str:
+    if p.skip:
+        return f"skipped: {p.skip}"
+    if p.error:
+        return f"failed: {p.error}"
+    m = p.metrics.get(metric_hint) or next(iter(p.metrics.values()), None)
+    if m is None:
+        return "no metrics"
+    key = next((k for k in ("tpot_ms", "ttft_ms", "e2el_ms") if k in m.samples), None)
+    if key is None:
+        return ""
+    return f"median {key[:-3]} {statistics.median(m.samples[key]):.3f} ms, load {p.load_s:.2f} s"

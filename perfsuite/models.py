@@ -16,7 +16,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfsuite.cells import Cell
 
 MARKER = "perfsuite-model.json"
 MATERIALIZE_VERSION = 1  # bump when the way weights are generated changes
@@ -139,7 +142,86 @@ def _check_checkpoint(path: Path) -> Path:
     if not list(path.glob("*.safetensors")):
         raise ModelError(f"{path}: no *.safetensors weights (only safetensors are loaded; convert .bin checkpoints"
                          " with transformers' save_pretrained(safe_serialization=True))")
+    check_stock_code(_read_config(path), path)
     return path
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((path / "config.json").read_text(encoding="utf8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{path / 'config.json'}: unreadable ({exc}); restore the checkpoint's config.json") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path / 'config.json'}: not a JSON object; restore the checkpoint's config.json")
+    return data
+
+
+def check_stock_code(config: dict[str, Any], where: Path | str) -> None:
+    """Refuse a checkpoint that needs its own modelling code (``auto_map``): trust_remote_code stays off.
+
+    transformers would otherwise load a known ``model_type`` as the stock architecture (benchmarking a model that
+    is not the checkpoint's) or fail deep inside ``from_pretrained`` for a custom one.
+    """
+    auto_map = config.get("auto_map")
+    if not auto_map:
+        return
+    classes = ", ".join(f"{k} -> {v if isinstance(v, str) else '/'.join(map(str, v))}"
+                        for k, v in auto_map.items()) if isinstance(auto_map, dict) else str(auto_map)
+    raise ModelError(
+        f"{where}: config.json has auto_map ({classes}): the checkpoint needs its own modelling code "
+        f"(model_type {config.get('model_type')!r}), and perfsuite never runs custom code (trust_remote_code is "
+        "off); use a checkpoint of an architecture transformers ships (one without auto_map), or a preset "
+        f"({', '.join(sorted(PRESETS))})")
+
+
+# Fields that bound a model's positions, in the order transformers' configs use them (OPT and Llama:
+# max_position_embeddings; GPT-2: n_positions; some remote-code models: seq_length / max_sequence_length).
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def context_limit(config: dict[str, Any]) -> tuple[str, int] | None:
+    """(field, value) of the model's maximum sequence length, or None if its config names none."""
+    for cfg in (config, config.get("text_config") or {}):
+        if not isinstance(cfg, dict):
+            continue
+        for key in CONTEXT_FIELDS:
+            v = cfg.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return (key if cfg is config else f"text_config.{key}"), v
+    return None
+
+
+def model_config(name: str, cache_dir: Path | None = None) -> dict[str, Any]:
+    """A model's ``config.json`` as a dict, without transformers and without building a preset's weights.
+
+    Validates on the way (config.json readable, safetensors present, no custom code): raises :class:`ModelError`.
+    """
+    if name in PRESETS:
+        p = PRESETS[name]
+        return {**p.config, "architectures": [p.architecture]}
+    return _read_config(resolve(name, cache_dir, materialize=False).path)
+
+
+def check_fits(cell: Cell, cache_dir: Path | None = None, config: dict[str, Any] | None = None) -> str | None:
+    """``None`` if the cell's scenario fits the model's context, else the reason (for a skip, before any backend
+    loads): past the limit, learned position embeddings (OPT) index out of range and rotary ones (Llama)
+    silently run positions the model was never built for."""
+    cfg = config if config is not None else model_config(cell.model, cache_dir)
+    limit = context_limit(cfg)
+    if limit is None:
+        return None
+    field_name, max_len = limit
+    sc = cell.scenario
+    need = sc.prompt_tokens + sc.new_tokens
+    what = f"prompt_tokens + new_tokens = {sc.prompt_tokens} + {sc.new_tokens} = {need}"
+    if cell.backend == "vllm" and isinstance(cell.option("max_model_len"), int) and cell.option("max_model_len") > need:
+        need = int(cell.option("max_model_len"))
+        what = f"backend option max_model_len = {need}"
+    if need <= max_len:
+        return None
+    return (f"scenario {sc.name!r} ({sc.slug}) does not fit model {cell.model!r}: {what} > its context of {max_len} "
+            f"tokens ({field_name}); shorten the scenario in [tool.perfsuite.scenarios] or leave it out of this "
+            "model's profile")
 
 
 def _checkpoint_digest(path: Path) -> str:

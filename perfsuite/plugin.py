@@ -2,9 +2,11 @@
 
 Path from an option to a verdict: ``pytest_addoption`` -> ``pytest_configure`` resolves :class:`Settings`
 (config.py) and the runner class, points pytest-benchmark's storage at ``baselines/<runner-class>/`` ->
-``pytest_generate_tests`` parametrizes ``perf_cell`` with the profile's cells -> the ``perf`` fixture builds
-the backend -> harness.PerfRun measures and gates -> ``pytest_sessionfinish`` records a baseline, atomically,
-only when asked and only if the whole run passed.
+``pytest_generate_tests`` parametrizes ``perf_cell`` with the profile's cells -> the first ``perf`` fixture has
+every selected cell measured in fresh worker processes (harness.measure_plan; the workers time, this process
+only spawns, orders and collects) -> harness.PerfRun records the workers' rounds in pytest-benchmark and asks the
+gate (perfsuite.gate) for a verdict -> ``pytest_sessionfinish`` records a baseline, atomically, only when asked
+and only if the whole run passed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ _OPTIONS = (
     ("--perf-profile", "profile", "smoke | pr | nightly (default: smoke)"),
     ("--perf-device", "device", "cpu | cuda; a ROCm GPU is 'cuda' in torch (default: cpu)"),
     ("--perf-runner-class", "runner_class", "override the detected runner class that names the baseline folder"),
+    ("--perf-workers", "workers", "fresh worker processes per cell (0 = measure in the pytest process; default: "
+                                  "the profile's worker_processes)"),
 )
 
 
@@ -43,6 +46,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="record this run as a new baseline in baselines/<runner-class>/ (atomic; written only if "
                          "every test passed). Env PERFSUITE_UPDATE_BASELINES=1, ini perfsuite_update_baselines.")
     parser.addini("perfsuite_update_baselines", "record a new baseline", type="bool", default=False)
+    group.addoption("--perf-fail-on-inconclusive", dest="perf_fail_on_inconclusive", action="store_true",
+                    default=None, help="with --benchmark-compare: fail a test whose gate verdict is inconclusive "
+                    "(default: a warning naming the MDE and the `perfsuite ab` command that would settle it). Env "
+                    "PERFSUITE_FAIL_ON_INCONCLUSIVE=1, ini perfsuite_fail_on_inconclusive.")
+    parser.addini("perfsuite_fail_on_inconclusive", "fail inconclusive gate verdicts", type="bool", default=False)
+    group.addoption("--perf-gate-json", dest="perf_gate_json", default=None, metavar="PATH",
+                    help="with --benchmark-compare: also write every gate verdict to PATH as JSON (for CI artifacts)")
+
+
+def _flag(config: pytest.Config, key: str) -> bool:
+    return bool(config.getoption(f"perf_{key}") or os.environ.get(f"PERFSUITE_{key.upper()}") == "1"
+                or config.getini(f"perfsuite_{key}"))
 
 
 def _opt(config: pytest.Config, key: str, default: Any) -> Any:
@@ -67,19 +82,44 @@ def pytest_configure(config: pytest.Config) -> None:
             if not override:  # no GPU to fingerprint: only an explicit class lets the cells run (and skip)
                 raise
             rc, facts = "", {"device": device, "gpu": "none detected"}
-        update = bool(config.getoption("perf_update_baselines") or os.environ.get("PERFSUITE_UPDATE_BASELINES") == "1"
-                      or config.getini("perfsuite_update_baselines"))
+        update = _flag(config, "update_baselines")
+        from perfsuite.backends import inject
+
+        inject.fraction_from_env()  # a malformed calibration knob is a usage error before anything runs
         gate_config = gate.parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
         settings = cfg.resolve(conf, profile=_opt(config, "profile", "smoke"), device=device,
                                backends=_opt(config, "backend", None), models=_opt(config, "model", None),
-                               runner_class=override or rc, update_baselines=update)
-    except (cfg.ConfigError, gate.PolicyError, RuntimeError) as exc:
+                               runner_class=override or rc, update_baselines=update,
+                               workers=_opt(config, "workers", None))
+    except (cfg.ConfigError, gate.PolicyError, RuntimeError, ValueError) as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     facts["detected_runner_class"] = rc
-    session = PerfSession(settings, facts, gate_config=gate_config)
+    session = PerfSession(settings, facts, gate_config=gate_config,
+                          fail_on_inconclusive=_flag(config, "fail_on_inconclusive"))
     config.stash[SESSION_KEY] = session
+    if settings.update_baselines:
+        _recording_preflight(session)
     if config.pluginmanager.hasplugin("benchmark"):
         _configure_benchmark_storage(config, session, explicit_storage=pyproject is None)
+
+
+def _recording_preflight(session: PerfSession) -> None:
+    """Before anything is measured: the baseline folder is writable and no other perfsuite run is using the
+    machine (an exclusive suite lock, held until the session ends). The load check comes right before measuring."""
+    from perfsuite import preflight
+
+    try:
+        preflight.check_writable(session.baseline_dir)
+        session.lock = preflight.SuiteLock(exclusive=True).acquire()
+    except preflight.PreflightError as exc:
+        raise pytest.UsageError(f"perfsuite: not recording a baseline: {exc}") from None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    ps = config.stash.get(SESSION_KEY, None)
+    if ps is not None and ps.lock is not None:
+        ps.lock.release()
+        ps.lock = None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -153,6 +193,16 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         return
     machine_info["perfsuite"] = {"schema_version": baselines.SCHEMA_VERSION, "runner_class": session.runner_class,
                                  "profile": session.settings.profile.name, **session.facts}
+    try:
+        from perfsuite import doctor
+
+        machine_info["perfsuite"]["doctor"] = doctor.machine_facts(session.settings.device)
+    except Exception as exc:  # facts are context; a failing probe must not fail the run
+        machine_info["perfsuite"]["doctor"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if session.load is not None:
+        machine_info["perfsuite"]["preflight"] = session.load
+    if session.peaks:
+        machine_info["perfsuite"]["roofline"] = session.peaks
 
 
 def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any],
@@ -169,14 +219,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perf_cell" in metafunc.fixturenames:
         session = metafunc.config.stash[SESSION_KEY]
         cells = session.settings.cells()
-        # module scope groups the tests of one cell together: one backend (engine) alive at a time.
-        metafunc.parametrize("perf_cell", cells, ids=[c.id for c in cells], scope="module")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None and session.gate is not None:
-        session.gate.family_size = sum(1 for i in items if "perf_cell" in getattr(i, "fixturenames", ()))
+        unfit = session.settings.unfit
+        params = [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=unfit[c.id])] if c.id in unfit else [])
+                  for c in cells]
+        # module scope groups the tests of one cell together in the report
+        metafunc.parametrize("perf_cell", params, scope="module")
 
 
 @pytest.fixture(scope="session")
@@ -184,39 +231,83 @@ def perf_session(pytestconfig: pytest.Config) -> PerfSession:
     return pytestconfig.stash[SESSION_KEY]
 
 
-@pytest.fixture(scope="module")
-def perf_backend(perf_session: PerfSession, perf_cell: Any) -> Iterator[Any]:
-    """The loaded backend of one cell; closed before the next cell's backend is built."""
-    import dataclasses
+@pytest.fixture(scope="session")
+def perf_measurements(request: pytest.FixtureRequest, perf_session: PerfSession) -> dict[str, Any]:
+    """Every selected cell, measured once per session in worker processes, in a random interleaved order."""
+    from perfsuite import harness
 
-    from perfsuite import models
-    from perfsuite.backends import create
+    plan = harness.plan_from_items(request.session.items)
+    config = request.config
+    bs = getattr(config, "_benchmarksession", None)
+    once = bool(bs is not None and bs.disabled)
+    cprofile = bool(bs is not None and bs.options.get("cprofile"))
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    total_w = sum(1 if once else perf_session.settings.workers_for(c.backend) or 1 for c in plan.cells)
 
-    backend = create(perf_cell)
-    reason = backend.availability()
-    if reason:
-        pytest.skip(f"{perf_cell.backend}: {reason}")
+    def say(line: str) -> None:
+        if tr is None:
+            return
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.write_line(line)
+        else:
+            tr.write_line(line)
+
+    def progress(n: int, total: int, cell_id: str, pr: Any) -> None:
+        say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {harness.describe_process(pr)}")
+
+    _check_machine(perf_session, say)
+    say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
+        + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
+    from perfsuite import preflight
+
+    shared = None
+    if perf_session.lock is None:  # a recording run already holds it exclusively
+        try:
+            shared = preflight.SuiteLock(exclusive=False).acquire()
+        except preflight.PreflightError as exc:
+            pytest.exit(f"perfsuite: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
     try:
-        resolved = models.resolve(perf_cell.model, perf_session.settings.config.cache_dir)
-    except models.ModelError as exc:
-        pytest.fail(f"perfsuite: {exc}", pytrace=False)
-    backend.cell = dataclasses.replace(perf_cell, model_dir=resolved.path)  # type: ignore[attr-defined]
-    backend.load()
-    try:
-        yield backend
+        if plan.cells and not once:
+            perf_session.peaks = harness.measure_peaks(perf_session, plan)
+        results = harness.measure_plan(perf_session, plan, once=once, cprofile=cprofile, progress=progress)
     finally:
-        backend.close()
+        if shared is not None:  # held while measuring only: a later recording run in this session must get it
+            shared.release()
+    if perf_session.gate is not None:
+        perf_session.gate.set_family(request.session.items, results)
+    return results
+
+
+def _check_machine(session: PerfSession, say: Any) -> None:
+    """The load check right before measuring: a recording run refuses (or marks) a busy machine; other runs
+    record the sample with their results."""
+    from perfsuite import preflight
+
+    policy = session.settings.config.preflight
+    verdict = preflight.check_load(policy)
+    session.load = {**verdict.sample.as_dict(), "ok": verdict.ok, "problems": list(verdict.problems)}
+    if verdict.ok:
+        return
+    if session.settings.update_baselines and policy.on_busy == "refuse":
+        pytest.exit(f"perfsuite: not recording a baseline: {verdict.message()}", returncode=pytest.ExitCode.USAGE_ERROR)
+    session.load["contended"] = True
+    say(f"perfsuite: warning: {verdict.message()}")
 
 
 @pytest.fixture
-def perf(perf_session: PerfSession, perf_backend: Any) -> Any:
-    from perfsuite import models
+def perf(perf_session: PerfSession, perf_measurements: dict[str, Any], perf_cell: Any) -> Any:
     from perfsuite.harness import PerfRun
 
-    cell = perf_backend.cell
-    vocab = models.resolve(cell.model, perf_session.settings.config.cache_dir, materialize=False).vocab_size
-    sc = cell.scenario
-    return PerfRun(perf_session, cell, perf_backend, models.prompts(sc.batch_size, sc.prompt_tokens, vocab, cell.seed))
+    res = perf_measurements.get(perf_cell.id)
+    if res is None:  # pragma: no cover - every collected cell is planned
+        pytest.fail(f"perfsuite: {perf_cell.id} was not measured", pytrace=False)
+    if res.skip:
+        pytest.skip(res.skip)
+    if res.error:
+        pytest.fail(f"perfsuite: {perf_cell.id}: {res.error}\n{res.detail}", pytrace=False)
+    return PerfRun(perf_session, perf_cell, res)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -234,6 +325,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if ps is None or ps.baseline_json is None:
         return
     tmp = ps.baseline_json
+    keep = False
     try:
         if exitstatus != 0 or session.testsfailed:
             ps.notes.append(f"perfsuite: run did not pass (exit status {int(exitstatus)}); no baseline written")
@@ -245,19 +337,65 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if not data.get("benchmarks"):
             ps.notes.append("perfsuite: no benchmark ran; no baseline written")
             return
+        refusal = _outlier(ps, data)
+        if refusal:
+            ps.notes.append(refusal)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
         from pytest_benchmark.utils import get_tag
 
-        path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{get_tag()}")
+        try:
+            path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{get_tag()}",
+                                       baselines_dir=ps.settings.config.baselines_dir)
+        except (OSError, baselines.BaselineError) as exc:
+            keep = True
+            ps.notes.append(f"perfsuite: could not store the baseline in {ps.baseline_dir} ({exc}); this run's "
+                            f"results are kept in {tmp}: fix the folder and copy it in with perfsuite's name scheme")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
         ps.notes.append(f"perfsuite: recorded baseline {path}")
     finally:
-        if tmp.is_file() and tmp.name.startswith("perfsuite-run-"):
+        if not keep and tmp.is_file() and tmp.name.startswith("perfsuite-run-"):
             tmp.unlink()
+
+
+def _outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:
+    """The gate's own test of the new run against the stored ones: a run much slower than them was most likely
+    disturbed (two recordings at once, a busy neighbour) and must not become a baseline silently."""
+    from perfsuite import gate
+    from perfsuite.gate import report
+
+    try:
+        runs = baselines.read_runs(ps.baseline_dir, ps.runner_class)
+    except baselines.BaselineError:
+        return None
+    runs = [r for r in runs if not gate.is_contended(r)]
+    if len(runs) < 3:
+        return None
+    verdicts = gate.compare_runs(runs[-ps.gate_config.baseline_runs:], [data], ps.gate_config)
+    slower = [v for v in verdicts if v.failed and not v.exact]
+    if not slower:
+        return None
+    why = "; ".join(f"{v.test.split('::')[-1]} {report.describe(v)}" for v in slower[:3])
+    if ps.settings.config.preflight.on_busy == "mark":
+        data.setdefault("machine_info", {}).setdefault("perfsuite", {})["contended"] = {"outlier": why}
+        ps.notes.append(f"perfsuite: recording a run marked contended (the gate will not use it): {why}")
+        return None
+    return (f"perfsuite: not recording a baseline: this run is slower than the {len(runs)} stored run(s) of "
+            f"{ps.runner_class}, so the machine was probably disturbed: {why}. Re-run on a quiet machine; if the "
+            f"slowdown is real and intended, start a new series (git mv {ps.baseline_dir} "
+            f"{ps.baseline_dir}-before-<change>) and record again")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     ps = config.stash.get(SESSION_KEY, None)
     if ps is None:
         return
+    if ps.gate is not None and config.getoption("perf_gate_json"):
+        import dataclasses
+
+        Path(config.getoption("perf_gate_json")).write_text(json.dumps(
+            [dataclasses.asdict(v) for v in ps.gate.verdicts], indent=1))
     if ps.gate is not None:
         lines = ps.gate.summary_table()
         if lines:

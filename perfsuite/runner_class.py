@@ -2,6 +2,10 @@
 
 ``cpu-<cpu-model>-<N>c`` on the CPU; ``rocm-<gfx arch>-<device>`` or ``cuda-sm<XY>-<device>`` on a GPU
 (``xK`` appended for K visible GPUs). Reading the CPU needs no heavy import; the GPU path imports torch.
+
+A runner class names a folder (``baselines/<class>/``, ``baselines/known_gaps/<class>.toml``), so every class,
+detected or given as an override, passes :func:`validate`: a slug of lowercase letters, digits and ``-``. Its
+first component is its *family* (``cpu``, ``rocm``, ``cuda``): the device kind.
 """
 
 from __future__ import annotations
@@ -11,6 +15,59 @@ import platform
 import re
 from importlib import metadata
 from typing import Any
+
+MAX_LENGTH = 80
+_SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
+# Folder names a class must not take: files beside the class folders in baselines/ and baselines/known_gaps/,
+# and names Windows reserves for devices (a DirectML runner keeps its baselines on NTFS).
+_WINDOWS = "a device name on Windows, where a DirectML runner keeps its baselines"
+RESERVED: dict[str, str] = {
+    "known_gaps": "the folder of operator gap lists, baselines/known_gaps/",
+    "known-gaps": "too close to baselines/known_gaps/, the folder of operator gap lists",
+    "all": "baselines/known_gaps/all.toml lists the gaps of every runner class",
+    **{n: _WINDOWS for n in ("con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)),
+                             *(f"lpt{i}" for i in range(1, 10)))},
+}
+
+
+class RunnerClass(str):
+    """A validated runner class name (a ``str``): construct it to validate, ``RunnerClass("cpu-x-2c")``."""
+
+    def __new__(cls, name: str, source: str = "runner class") -> RunnerClass:
+        return super().__new__(cls, validate(name, source))
+
+    @property
+    def family(self) -> str:
+        return family(self)
+
+
+def validate(name: object, source: str = "runner class") -> str:
+    """``name`` if it is a usable runner class, else ValueError naming the value, the rule and the fix.
+
+    ``source`` says where the value came from (``--perf-runner-class``, ``PERFSUITE_RUNNER_CLASS`` ...).
+    """
+    rule = (f"a runner class names a folder under baselines/, so it must be 1-{MAX_LENGTH} lowercase letters, "
+            "digits and '-', starting and ending with a letter or digit")
+    if not isinstance(name, str):
+        raise ValueError(f"{source} {name!r}: not a string; {rule}")
+    example = "use a name such as 'cpu-amd-epyc-2c'"
+    if "/" in name or "\\" in name or ".." in name or name.startswith("~"):
+        raise ValueError(f"{source} {name!r}: a path, not a name; {rule}; {example}")
+    suggestion = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:MAX_LENGTH].strip("-")
+    fix = f"did you mean {suggestion!r}?" if suggestion and suggestion not in RESERVED else example
+    if len(name) > MAX_LENGTH:
+        raise ValueError(f"{source} {name[:40]!r}... is {len(name)} characters long; {rule}; {example}")
+    if name.lower() in RESERVED:
+        raise ValueError(f"{source} {name!r}: a reserved name ({RESERVED[name.lower()]}); pick a name that says "
+                         "what decides speed, such as 'cpu-amd-epyc-2c'")
+    if not _SLUG.match(name):
+        raise ValueError(f"{source} {name!r}: {rule}; {fix}")
+    return name
+
+
+def family(name: str) -> str:
+    """The device kind a class belongs to: its first ``-`` component (``cpu-amd-epyc-2c`` -> ``cpu``)."""
+    return name.split("-", 1)[0]
 
 
 def slug(text: str) -> str:
@@ -70,10 +127,16 @@ def driver_version(kind: str) -> str | None:
 
 def from_facts(device: str, facts: dict[str, Any]) -> str:
     if device == "cpu":
-        return f"cpu-{slug(facts['cpu_model'])}-{facts['cores']}c"
-    name = slug(facts["device_name"])
-    count = facts.get("device_count", 1)
-    return f"{facts['kind']}-{facts['arch']}-{name}" + (f"x{count}" if count > 1 else "")
+        rc = f"cpu-{slug(facts['cpu_model'])}-{facts['cores']}c"
+    else:
+        name = slug(facts["device_name"])
+        count = facts.get("device_count", 1)
+        rc = f"{facts['kind']}-{slug(str(facts['arch']))}-{name}" + (f"x{count}" if count > 1 else "")
+    if len(rc) > MAX_LENGTH:  # a very long marketing name: keep the start and a hash of the whole
+        import hashlib
+
+        rc = rc[:MAX_LENGTH - 9].rstrip("-") + "-" + hashlib.sha256(rc.encode()).hexdigest()[:8]
+    return validate(rc, "detected runner class")
 
 
 def detect(device: str) -> tuple[str, dict[str, Any]]:

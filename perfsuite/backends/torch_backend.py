@@ -5,8 +5,6 @@ The same code runs on ROCm: a HIP build of torch exposes the GPU as ``cuda`` (``
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +13,6 @@ import torch
 from perfsuite import memory
 from perfsuite.backends.base import MemoryStats, StepResult
 from perfsuite.cells import Cell
-
-INJECT_ENV = "PERFSUITE_INJECT_DECODE_SLOWDOWN"
 
 
 @dataclass
@@ -33,9 +29,6 @@ class TorchBackend:
         self.device = torch.device(cell.device)
         self.dtype = getattr(torch, cell.dtype)
         self.model: Any = None
-        # A/A and injected-regression experiments (perfsuite calibrate): extra real work in each decode step,
-        # proportional to the step's own duration. 0 = off; never set by the benchmark matrix.
-        self.inject = float(os.environ.get(INJECT_ENV, "0") or 0)
 
     def availability(self) -> str | None:
         if self.cell.device == "cuda" and not torch.cuda.is_available():
@@ -77,26 +70,10 @@ class TorchBackend:
 
     @torch.inference_mode()
     def decode(self, state: _State) -> StepResult:
-        t0 = time.perf_counter() if self.inject else 0.0
         out = self.model(input_ids=state.last[:, None], past_key_values=state.past, use_cache=True)
         nxt = out.logits[:, -1, :].argmax(dim=-1)
         tokens = nxt.tolist()
-        if self.inject:
-            self._burn_for(self.inject * (time.perf_counter() - t0))
         return StepResult(tokens, _State(out.past_key_values, nxt))
-
-    @staticmethod
-    def _burn_for(seconds: float) -> int:
-        """Real work on this thread (integer arithmetic) for ``seconds``: a regression, not an edited number.
-
-        Host-side arithmetic rather than torch ops: extra matmuls disturb the intra-op thread pool and slowed the
-        step by 7-23 % for a 5 % request; this adds what is asked (measured +4.6 % / +10.5 % for 0.05 / 0.10).
-        """
-        end = time.perf_counter() + seconds
-        n = 0
-        while time.perf_counter() < end:
-            n += 1
-        return n
 
     def release(self, state: Any) -> None:
         del state
@@ -122,8 +99,6 @@ class TorchBackend:
         if self.device.type == "cuda":
             d.update(device_name=torch.cuda.get_device_name(self.device), hip=torch.version.hip,
                      cuda=torch.version.cuda)
-        if self.inject:
-            d["injected_decode_slowdown"] = self.inject
         return d
 
     def close(self) -> None:

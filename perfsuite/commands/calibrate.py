@@ -1,95 +1,154 @@
-"""``perfsuite calibrate``: how trustworthy is the gate on THIS machine?
+"""``perfsuite calibrate``: how noisy is THIS machine, and what can the gate see on it?
 
-Runs the same environment repeatedly in separate processes (A/A), optionally with an injected per-decode-step
-slowdown (env PERFSUITE_INJECT_DECODE_SLOWDOWN, honoured by the torch backend), in a random interleaved order,
-then evaluates offline: the gate's false-alarm rate over A/A comparisons, its detection rate of each injected
-slowdown, the minimum detectable effect, the between-run noise (put it in [tool.perfsuite.gate] between_run_cv)
-and, side by side, pytest-benchmark's --benchmark-compare-fail=median:5% on the same runs.
+Measures the selected cells the way a perf run does (fresh worker processes from this tree), ``--runs`` times,
+optionally ``--gap`` apart, and splits the noise of each gated metric into its levels (log scale, as CV):
 
-  perfsuite calibrate --runs 12 --inject 0.05,0.10 --inject-runs 6 -- -k torch-tiny-llama --perf-backend torch
-  perfsuite calibrate --from benchmarks/data/gate_corpus         # evaluate runs collected before
+* within a process: spread of one process's generations (what longer runs reduce; hardly what matters)
+* between processes: spread of process values inside a run (what more worker processes reduce)
+* between runs: what is left of the spread of run values beyond the processes' share (drift over time:
+  neighbours, frequency, a VM moved); only stored baselines see it, an interleaved A/B cancels it
+
+and turns them into what each verdict can detect here: the minimum detectable effect of
+``pytest --benchmark-compare`` against ``baseline_runs`` stored runs, and the pairs (and minutes) ``perfsuite ab``
+needs to decide a 5 % and a 2 % slowdown.
+
+  perfsuite calibrate --runs 5 --backend torch --gap 60s --json calib.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import random
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from perfsuite.gate import load
-from perfsuite.gate.evaluate import evaluate
-from perfsuite.gate.policy import PolicyError, check_metric, load_config
-from perfsuite.gate.runner import DEFAULT_TESTS, INJECT_ENV, Env, run_once
+import numpy as np
+
+from perfsuite.commands._common import parse_duration
+from perfsuite.errors import UsageError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("calibrate", help="A/A (and injected-slowdown) runs: false-alarm rate, power and MDE here",
+    p = sub.add_parser("calibrate", help="noise of this machine by level, and what the gate and ab can detect",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=12, help="A/A runs (default 12; >= 3)")
-    p.add_argument("--inject", default="", help="comma-separated slowdown fractions, e.g. 0.05,0.10")
-    p.add_argument("--inject-runs", type=int, default=6, help="runs per injected fraction (default 6)")
-    p.add_argument("--python", default=None, help="interpreter of the environment (default: this one)")
-    p.add_argument("--tests", default=DEFAULT_TESTS)
+    p.add_argument("--runs", type=int, default=5, help="independent runs (default 5; >= 2)")
+    p.add_argument("--workers", type=int, default=None, help="processes per cell and run (default: the profile's)")
+    p.add_argument("--gap", default="0s", help="pause between runs, e.g. 60s, to see drift over time")
     p.add_argument("--profile", default="smoke")
-    p.add_argument("--budget-s", type=float, default=None, help="start no run after this many seconds")
-    p.add_argument("--out", type=Path, default=None, help="keep run files here (NNNN_<label>.json)")
-    p.add_argument("--from", dest="from_dir", type=Path, default=None, help="evaluate existing run files")
+    p.add_argument("--backend", default=None)
+    p.add_argument("--model", default=None)
+    p.add_argument("--cells", default="*", help="glob on cell ids")
     p.add_argument("--config", type=Path, default=None, help="pyproject.toml with [tool.perfsuite.gate]")
-    p.add_argument("--baseline-runs", type=int, default=None, help="baseline size per comparison")
-    p.add_argument("--metric", action="append", default=[], help="detection metric(s) (default: the policies')")
-    p.add_argument("--draws", type=int, default=5, help="random baselines per current run (default 5)")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=main, accepts_extra=True)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--json", type=Path, default=None, help="write the decomposition here")
+    p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    from perfsuite.gate.policy import PolicyError, load_config
+    from perfsuite.progress import Progress
+    from perfsuite.worker import pool
+    from perfsuite.worker.job import METRICS, cell_from_dict, make_job
+
+    if args.runs < 2:
+        raise UsageError("--runs must be >= 2 (between-run noise needs two runs)")
+    gap = parse_duration(args.gap, "--gap") if args.gap not in ("0", "0s") else 0.0
     try:
-        config = load_config(args.config, baseline_runs=args.baseline_runs)
-        for m in args.metric:
-            check_metric("--metric", m)
+        config = load_config(args.config)
     except PolicyError as exc:
-        print(f"perfsuite calibrate: {exc}", file=sys.stderr)
-        return 2
-    if args.from_dir:
-        out = args.from_dir
-    else:
-        fracs = [float(f) for f in args.inject.split(",") if f.strip()]
-        plan = [0.0] * args.runs + [f for f in fracs for _ in range(args.inject_runs)]
-        random.Random(args.seed).shuffle(plan)
-        out = args.out or Path(tempfile.mkdtemp(prefix="perfsuite-calibrate-"))
-        out.mkdir(parents=True, exist_ok=True)
-        extra = list(getattr(args, "extra", []) or [])
-        if extra[:1] == ["--"]:
-            extra = extra[1:]
-        t0 = time.time()
-        for i, f in enumerate(plan, 1):
-            if args.budget_s and time.time() - t0 > args.budget_s:
-                print(f"budget spent: stopping after {i - 1} runs", flush=True)
-                break
-            label = "aa" if f == 0 else f"inj{f:g}"
-            path = out / f"{i:04d}_{label}.json"
-            env = Env(label, args.python, env=((INJECT_ENV, f"{f:g}"),))
-            rc, wall, tail = run_once(env, path, extra, Path.cwd(), tests=args.tests, profile=args.profile)
-            print(f"{i}/{len(plan)} {label} rc={rc} {wall:.0f}s", flush=True)
-            if rc != 0:
-                print(f"perfsuite calibrate: run {i} failed (exit {rc}):\n{tail}", file=sys.stderr)
-                return 2
+        raise UsageError(str(exc)) from None
+    side = pool.this_side()
     try:
-        runs = load.load_runs(out)
-    except load.InputError as exc:
-        print(f"perfsuite calibrate: {exc}", file=sys.stderr)
-        return 2
-    try:
-        ev = evaluate(runs, config, draws=args.draws, seed=args.seed, detect_metrics=args.metric or None)
-    except ValueError as exc:
-        print(f"perfsuite calibrate: {exc}", file=sys.stderr)
-        return 2
-    for line in ev.lines():
+        plan = pool.plan(side, {"profile": args.profile, "backend": args.backend, "model": args.model,
+                                "device": "cpu", "cells": args.cells})
+    except pool.SideError as exc:
+        raise UsageError(str(exc)) from None
+    if not plan["cells"]:
+        raise UsageError("no cell selected; check --profile/--backend/--model/--cells")
+    cells = [cell_from_dict(c) for c in plan["cells"]]
+    workers = args.workers or 10
+    rng = random.Random(args.seed)
+    # values[cell][metric][run] = list of (process value, generation values)
+    values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]] = {
+        c.id: {m: [[] for _ in range(args.runs)] for m in METRICS} for c in cells}
+    walls: list[float] = []
+    prog = Progress(min_interval_s=10.0)
+    with pool.Pool(side, preload=pool.preload_modules({c.backend for c in cells})) as workers_pool:
+        for r in range(args.runs):
+            if r and gap:
+                time.sleep(gap)
+            jobs = [(c, i) for c in cells for i in range(workers)]
+            rng.shuffle(jobs)
+            for k, (c, i) in enumerate(jobs, 1):
+                metrics = list(METRICS)
+                rng.shuffle(metrics)
+                job = make_job(c, metrics, generations=plan["generations"], warmup=plan["warmup_generations"],
+                               cache_dir=None, index=i)
+                pr = workers_pool.measure(job, fork=pool.forkable(c.backend))
+                if pr.skip or pr.error:
+                    raise UsageError(f"{c.id}: {pr.skip or pr.error}")
+                walls.append(pr.wall_s)
+                for m in METRICS:
+                    gen = pr.metrics[m].samples[f"{m}_ms"]
+                    values[c.id][m][r].append((float(np.median(gen)), list(gen)))
+                prog.update(f"run {r + 1}/{args.runs}, process {k}/{len(jobs)}")
+    prog.done()
+    report = decompose(values, config, workers, float(np.mean(walls)))
+    for line in format_report(report):
         print(line)
-    print(f"runs in {out}; gate: alpha={config.alpha:g}, baseline_runs={config.baseline_runs}, power "
-          f"{config.power:g} for MDE")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
     return 0
+
+
+def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]], config: Any, workers: int,
+              process_wall_s: float) -> dict[str, Any]:
+    from perfsuite.gate import sequential, stats
+
+    out: dict[str, Any] = {"workers": workers, "process_wall_s": process_wall_s, "cells": {}}
+    n_members = sum(len(v) for v in values.values())
+    for cid, per_metric in values.items():
+        out["cells"][cid] = {}
+        for m, runs in per_metric.items():
+            logs = [np.log([v for v, _ in run]) for run in runs if run]
+            within_proc = float(np.median([np.std(np.log(g), ddof=1) for run in runs for _, g in run if len(g) > 1]
+                                          or [math.nan]))
+            resid = np.concatenate([x - x.mean() for x in logs])
+            df_e = sum(x.size - 1 for x in logs)
+            s_e = float(math.sqrt((resid**2).sum() / df_e)) if df_e > 0 else math.nan
+            means = np.array([x.mean() for x in logs])
+            var_means = float(means.var(ddof=1)) if means.size > 1 else math.nan
+            s_a = math.sqrt(max(0.0, var_means - s_e**2 / workers)) if math.isfinite(var_means) else math.nan
+            r = config.baseline_runs
+            alpha_test = config.alpha / n_members
+            thr = math.log1p(next((p.threshold for p in config.policies if p.metric == f"median_{m}_ms"), 0.03))
+            se = math.sqrt((s_a**2 + s_e**2 / workers) * (1 + 1 / r))
+            mde_gate = stats.mde(se, r - 1, alpha_test, config.power, thr)
+            tau, eps = math.log1p(config.ab_threshold), math.log1p(config.ab_margin)
+            pair_s = 2 * process_wall_s
+            ab = {}
+            for pct in (0.05, 0.02):
+                n = sequential.pairs_needed(math.sqrt(2) * s_e, math.log1p(pct), config.alpha / 3, tau, eps)
+                ab[f"{pct:.0%}"] = {"pairs_80pct": n, "minutes_80pct": None if n is None else n * pair_s / 60}
+            out["cells"][cid][m] = {
+                "cv_within_process": math.expm1(within_proc), "cv_between_processes": math.expm1(s_e),
+                "cv_between_runs": math.expm1(s_a), "cv_run_value": math.expm1(math.sqrt(var_means))
+                if math.isfinite(var_means) else None, "runs": len(logs),
+                "gate_mde": math.expm1(mde_gate), "gate_alpha_per_test": alpha_test, "ab": ab}
+    return out
+
+
+def format_report(rep: dict[str, Any]) -> list[str]:
+    lines = [f"noise by level (CV of median per process; {rep['workers']} processes per run, {rep['process_wall_s']:.1f} s "
+             "per process)", f"{'cell / metric':<52} {'within':>7} {'between':>8} {'between':>8} {'gate':>7}  "
+             "ab pairs (minutes) to decide", f"{'':<52} {'process':>7} {'procs':>8} {'runs':>8} {'MDE':>7}  +5 %, +2 %"]
+    for cid, per in rep["cells"].items():
+        for m, d in per.items():
+            ab = "  ".join(f"{k}: " + ("> cap" if v["pairs_80pct"] is None else
+                                       f"{v['pairs_80pct']} ({v['minutes_80pct']:.1f})") for k, v in d["ab"].items())
+            lines.append(f"{cid + ' ' + m:<52} {d['cv_within_process']:>7.1%} {d['cv_between_processes']:>8.1%} "
+                         f"{d['cv_between_runs']:>8.1%} {d['gate_mde']:>7.1%}  {ab}")
+    return lines

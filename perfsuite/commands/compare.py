@@ -14,10 +14,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from perfsuite.gate import load, report
-from perfsuite.gate.compare import compare_runs, unmatched
+from perfsuite.errors import UsageError
+from perfsuite.gate import load, report, values
 from perfsuite.gate.policy import PolicyError, load_config
-from perfsuite.gate.stats import holm
+from perfsuite.gate.runs import compare_runs, unmatched
+from perfsuite.gate.stats import holm_adjusted
 
 
 def register(sub: Any) -> None:
@@ -44,18 +45,13 @@ def main(args: argparse.Namespace) -> int:
         except load.InputError as exc:
             raise load.InputError(f"{exc} (baseline {args.base} is runner class {cls!r})") from None
     except (PolicyError, load.InputError) as exc:
-        print(f"perfsuite compare: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     verdicts = compare_runs(base, current, config, args.correction)
     if not verdicts:
-        print(f"perfsuite compare: no benchmark of {args.current} has a baseline in {args.base} (matched by "
-              "fullname or name); nothing gated", file=sys.stderr)
-        return 2
-    ps = [v.p_worse for v in verdicts]
-    idx = [i for i, p in enumerate(ps) if p is not None]
-    adj: list[float | None] = [None] * len(ps)
-    for i, a in zip(idx, holm([ps[i] for i in idx]), strict=False):  # type: ignore[misc]
-        adj[i] = a
+        raise UsageError(f"no benchmark of {args.current} has a baseline in {args.base} (matched by fullname or "
+                         "name); nothing gated")
+    adj = holm_adjusted([v.p_worse for v in verdicts])
+    idx = [p for p in adj if p is not None]
     for line in report.table(verdicts, adj if args.correction == "holm" else None):
         print(line)
     n_base = min(len(base), config.baseline_runs)
@@ -63,13 +59,13 @@ def main(args: argparse.Namespace) -> int:
           f"family-wise ({args.correction} over {len(idx)} statistical metrics)")
     missing = unmatched(base, current)
     if missing:
-        print(f"not gated (no baseline): {', '.join(load.short_name(m) for m in missing)}")
+        print(f"not gated (no baseline): {', '.join(values.short_name(m) for m in missing)}")
     if args.json:
         args.json.write_text(json.dumps([asdict(v) for v in verdicts], indent=1))
     failed = [v for v in verdicts if v.failed]
     if failed:
         print(f"perfsuite compare: {len(failed)} regression(s):", file=sys.stderr)
         for v in failed:
-            print(f"  {load.short_name(v.test)} {v.describe()}", file=sys.stderr)
+            print(f"  {values.short_name(v.test)} {report.describe(v)}", file=sys.stderr)
         return 1
     return 0

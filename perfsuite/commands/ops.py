@@ -1,8 +1,10 @@
 """``perfsuite ops``: hypothesis-driven operator coverage matrix (op x shape class x backend x dtype).
 
-Writes ``<out>/ops-matrix.md`` and ``<out>/ops-matrix.json``, compares the non-pass cells with
-``baselines/known_gaps/<runner-class>.toml`` and exits 1 if there is a new gap (0 otherwise; fixed gaps are
-reported, and fail only with ``--strict-fixed``). ``--repro '<json>'`` reruns one cell from the matrix.
+Writes ``<out>/ops-matrix.md`` and ``<out>/ops-matrix.json``, compares the non-pass cells with the known gaps of
+the runner class (``baselines/known_gaps/{all,<family>,<runner-class>}.toml``, entries whose ``when`` holds here)
+and exits 1 if there is a new gap (0 otherwise; fixed gaps are reported, and fail only with ``--strict-fixed``; a
+runner class with no file of its own or of its family is reported as not yet characterised). Bad input (an
+option, a malformed known-gaps file) is exit 2 with one line. ``--repro '<json>'`` reruns one cell.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from perfsuite.errors import UsageError
 
 DEFAULT_BACKENDS = "torch,torch-compile,onnxruntime-cpu"
 
@@ -37,9 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run cells in a subprocess so a crash fails one cell (default: risky ops only)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per isolated cell before it is a crash")
     p.add_argument("--out", default="perfsuite-ops", help="output directory for ops-matrix.{md,json}")
-    p.add_argument("--runner-class", default=None, help="default: detected")
-    p.add_argument("--known-gaps", default=None, help="known-gaps TOML (default baselines/known_gaps/<runner>.toml)")
-    p.add_argument("--write-known-gaps", action="store_true", help="write the current gaps as the known-gaps file")
+    p.add_argument("--runner-class", default=None, help="default: $PERFSUITE_RUNNER_CLASS, else detected")
+    p.add_argument("--known-gaps", default=None, help="one known-gaps TOML to use instead of baselines/known_gaps/"
+                   "{all,<family>,<runner-class>}.toml")
+    p.add_argument("--write-known-gaps", action="store_true", help="write the gaps not covered by all.toml and the "
+                   "family file as baselines/known_gaps/<runner-class>.toml (or --known-gaps FILE)")
     p.add_argument("--strict-fixed", action="store_true", help="fail when a known gap is fixed")
     p.add_argument("--repro", default=None, help="rerun one cell: the JSON `repro` of a matrix cell")
     p.add_argument("--list", action="store_true", help="list ops and exit")
@@ -53,6 +59,42 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=main)
 
 
+def _runner_class(args: argparse.Namespace) -> str:
+    import os
+
+    from perfsuite.runner_class import detect, validate
+
+    given, source = ((args.runner_class, "--runner-class") if args.runner_class else
+                     (os.environ.get("PERFSUITE_RUNNER_CLASS"), "PERFSUITE_RUNNER_CLASS"))
+    if given:
+        try:
+            return validate(given, source)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        return detect(args.device)[0]
+    except RuntimeError as exc:  # --device cuda without a GPU
+        raise UsageError(str(exc)) from None
+
+
+def _gaps(args: argparse.Namespace, rc: str) -> tuple[Any, Path, list[Any]]:
+    """(GapSet, the file --write-known-gaps writes, the gaps that file need not repeat)."""
+    from perfsuite.ops import known_gaps
+
+    try:
+        if args.known_gaps:
+            path = Path(args.known_gaps)
+            env = known_gaps.environment()
+            gaps = tuple(g for g in known_gaps.load(path) if g.holds(env))
+            return known_gaps.GapSet(rc, gaps, (path,) if path.exists() else (), True, env), path, []
+        directory = known_gaps.directory_for()
+        found = known_gaps.for_runner(rc, directory, env=known_gaps.environment(args.device))
+        own = known_gaps.path_for(rc, directory)
+        return found, own, [g for g in found.gaps if Path(g.source) != own]
+    except known_gaps.KnownGapsError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def main(args: argparse.Namespace) -> int:
     from perfsuite.ops import known_gaps, profiles, registry
     from perfsuite.ops.sweep import SweepConfig, repro, run_sweep
@@ -62,35 +104,37 @@ def main(args: argparse.Namespace) -> int:
             print(f"{name:22s} {registry.get(name).doc}")
         return 0
     if args.repro:
-        blob = json.loads(args.repro)
+        try:
+            blob = json.loads(args.repro)
+        except ValueError as exc:
+            raise UsageError(f"--repro: not JSON ({exc}); pass the \"repro\" object of a matrix cell, quoted") from None
         r = repro(blob, args.device, isolate=args.isolate == "all")
         print(json.dumps(r.as_dict(), indent=1, default=str))
         return 0 if r.status == "pass" else 1
 
     ops = registry.public_ops() if args.ops == "all" else _csv(args.ops)
-    for o in ops:
-        registry.get(o)  # unknown names fail here with the list
+    unknown_ops = [o for o in ops if o not in registry.public_ops()]
+    if unknown_ops:
+        raise UsageError(f"--ops: unknown op(s) {', '.join(unknown_ops)}; known: {', '.join(registry.public_ops())}")
     from perfsuite.ops.shapes import SHAPE_CLASSES
 
     classes = list(SHAPE_CLASSES) if args.classes == "all" else _csv(args.classes)
     bad = [c for c in classes if c not in SHAPE_CLASSES]
     if bad:
-        print(f"perfsuite ops: unknown shape class(es) {bad}; use {', '.join(SHAPE_CLASSES)}", file=sys.stderr)
-        return 2
-    profile = profiles.selected(args.profile)
+        raise UsageError(f"--classes: unknown shape class(es) {', '.join(bad)}; use {', '.join(SHAPE_CLASSES)}")
+    try:
+        profile = profiles.selected(args.profile, source="--profile" if args.profile else None)
+    except profiles.ProfileError as exc:
+        raise UsageError(str(exc)) from None
     bounds = args.bounds or ("large" if args.device == "cuda" else profiles.BOUNDS_OF[profile])
-    examples = args.examples or profiles.SWEEP_EXAMPLES[profile]
+    examples = args.examples if args.examples is not None else profiles.SWEEP_EXAMPLES[profile]
+    if examples < 1:
+        raise UsageError(f"--examples {examples}: use a whole number >= 1")
     database = None
     if profile == "nightly":
         database = profiles._settings_kwargs("nightly")["database"]
-    if args.runner_class:
-        rc = args.runner_class
-    else:
-        from perfsuite.runner_class import detect
-
-        rc = detect(args.device)[0]
-    gaps_path = Path(args.known_gaps) if args.known_gaps else known_gaps.path_for(rc)
-    gaps = known_gaps.load(gaps_path)
+    rc = _runner_class(args)
+    found, gaps_path, covered = _gaps(args, rc)
 
     cfg = SweepConfig(ops=ops, backends=_csv(args.backends), dtypes=_csv(args.dtypes), classes=classes,
                       bounds=bounds, examples=examples, device=args.device, isolate=args.isolate,
@@ -105,24 +149,32 @@ def main(args: argparse.Namespace) -> int:
 
     meta = {"runner_class": rc, "profile": profile, "bounds": bounds, "device": args.device,
             "examples_per_class": examples, "seconds": round(seconds, 1), "torch": torch.__version__,
-            "onnxruntime": onnxruntime.__version__, "known_gaps_file": str(gaps_path),
+            "onnxruntime": onnxruntime.__version__, "known_gaps_file": ", ".join(map(str, found.files)) or "none",
+            "known_gaps_scope": found.describe(), "characterised": found.characterised,
             "isolate": args.isolate, "backends": cfg.backends, "dtypes": cfg.dtypes}
     cells = matrix.cell_dicts()
-    report = known_gaps.evaluate(cells, gaps)
+    report = known_gaps.evaluate(cells, found.gaps, characterised=found.characterised or args.write_known_gaps)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ops-matrix.json").write_text(matrix.to_json(meta, report))
     (out / "ops-matrix.md").write_text(matrix.to_markdown(meta, report))
     if args.write_known_gaps:
         gaps_path.parent.mkdir(parents=True, exist_ok=True)
-        gaps_path.write_text(known_gaps.render(rc, cells))
+        gaps_path.write_text(known_gaps.render(rc, cells, covered=covered))
         print(f"wrote {gaps_path}")
     n_fail = sum(1 for c in cells if c["worst"] != "pass")
     print(f"perfsuite ops: {len(cells)} cells, {n_fail} with gaps ({len(report.new)} new, {len(report.known)} "
           f"known), {len(report.fixed)} fixed known gap(s); {seconds:.1f}s; wrote {out}/ops-matrix.{{md,json}}")
+    print(f"  {found.describe()}")
     for g in report.new:
         print(f"  NEW {g['op']}/{g['shape_class']}/{g['backend']}/{g['dtype']}: {g['worst']}: {g['detail']}")
         print(f"      repro: perfsuite ops --repro '{json.dumps(g['repro'])}'")
+    if report.uncharacterised:
+        print(f"  runner class {rc} is new, not yet characterised: {len(report.uncharacterised)} non-pass cell(s) "
+              f"reported, not failed; review them, then record the real gaps with --write-known-gaps")
+        for g in report.uncharacterised:
+            print(f"  NOT CHARACTERISED {g['op']}/{g['shape_class']}/{g['backend']}/{g['dtype']}: {g['worst']}: "
+                  f"{g['detail']}")
     for g in report.fixed:
         print(f"  FIXED {g['gap']}: all {g['cells_passed']} matching cell(s) pass; delete the entry")
     if report.new and not args.write_known_gaps:
@@ -136,4 +188,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="perfsuite ops", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    try:
+        sys.exit(main(parser.parse_args()))
+    except UsageError as exc:
+        print(f"perfsuite ops: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -53,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
     print()
     for line in table(current, base):
         print(line)
+    for line in footnotes(current, base, rc_name, base_dir, args):
+        print(line)
     return code
 
 
@@ -71,17 +73,28 @@ def _change(cur: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
     return f"{cur['stats']['median'] / base['stats']['median'] - 1:+.1%}"
 
 
+def _gbs(v: Any) -> str:
+    return f"{v / 1e9:.1f}" if isinstance(v, (int, float)) else "—"
+
+
+def _pct(v: Any) -> str:
+    return f"{v:.0%}" if isinstance(v, (int, float)) else "—"
+
+
 def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     """One row per cell. Changes are median vs the latest baseline run: an indication, not a verdict (the gate
-    decides, with between-run noise; see the pytest output above)."""
+    decides, with between-run noise; see the pytest output above). ``BW GB/s`` is the decode step's achieved
+    bandwidth (bytes read per step / TPOT); ``BW %`` its fraction of the bandwidth measured on this device when
+    the run started (perfsuite.roofline); "—" where the run recorded neither."""
     cur, old = _by_cell(current), _by_cell(base or {})
     head = (f"{'cell':<48} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} {'tok/s':>8} "
-            f"{'peak MiB':>9} {'ΔTTFT':>7} {'ΔTPOT':>7}")
+            f"{'peak MiB':>9} {'BW GB/s':>8} {'BW %':>5} {'ΔTTFT':>7} {'ΔTPOT':>7}")
     rows = [head, "-" * len(head)]
     for cell, tests in cur.items():
         t, p, e = tests.get("ttft", {}), tests.get("tpot", {}), tests.get("e2el", {})
         ti, pi, ei = t.get("extra_info", {}), p.get("extra_info", {}), e.get("extra_info", {})
-        mem = max((x.get("peak_allocated_bytes") or x.get("peak_rss_bytes") or 0) for x in (ti, pi, ei))
+        mem = max((x.get("peak_device_used_bytes") or x.get("peak_allocated_bytes") or x.get("peak_rss_bytes") or 0)
+                  for x in (ti, pi, ei))
         tps = ei.get("output_throughput_tokens_per_s") or pi.get("output_throughput_tokens_per_s")
 
         def f(v: Any) -> str:
@@ -89,5 +102,30 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
         rows.append(f"{cell:<48} {f(ti.get('median_ttft_ms')):>11} {f(pi.get('median_itl_ms')):>11} "
                     f"{f(pi.get('p99_itl_ms')):>11} {f(tps):>8} {mem / 2**20:>9.0f} "
+                    f"{_gbs(pi.get('achieved_bandwidth_bytes_per_s')):>8} "
+                    f"{_pct(pi.get('bandwidth_efficiency_measured')):>5} "
                     f"{_change(t, old.get(cell, {}).get('ttft')):>7} {_change(p, old.get(cell, {}).get('tpot')):>7}")
     return rows
+
+
+def footnotes(current: dict[str, Any], base: dict[str, Any] | None, runner_class_name: str | None,
+              base_dir: Path, args: argparse.Namespace) -> list[str]:
+    """Why a Δ column shows "—", and the command that fixes it."""
+    record = "perfsuite run --update-baselines" + "".join(
+        f" {flag} {v}" for flag, v in (("--profile", args.profile), ("--backend", args.backend),
+                                       ("--model", args.model), ("--device", args.device if args.device != "cpu"
+                                                                 else None),
+                                       ("--runner-class", args.runner_class)) if v)
+    if base is None:
+        if args.update_baselines:
+            return [f"Δ: this run is being recorded as the baseline of {runner_class_name}; the next run compares "
+                    "against it."]
+        where = f"runner class {runner_class_name!r} ({base_dir})" if runner_class_name else \
+            "this device (pass --runner-class to name its baseline folder)"
+        return [f"Δ: — because there is no baseline for {where}. Record one (the gate wants several runs) with:",
+                f"    {record}"]
+    missing = sorted(set(_by_cell(current)) - set(_by_cell(base)))
+    if missing:
+        return [f"Δ: — for {len(missing)} cell(s) the latest baseline does not have ({', '.join(missing[:3])}"
+                f"{' ...' if len(missing) > 3 else ''}); add them with: {record}"]
+    return []

@@ -1,13 +1,14 @@
-"""Regression gate: verdicts with intervals and minimum detectable effects, between-run variance included.
+"""Regression gate: verdicts with intervals and minimum detectable effects, between-run noise included.
 
-See docs/gate.md. The pytest plugin uses :func:`make_session` / :class:`GateSession`; ``perfsuite compare``,
-``perfsuite ab`` and ``perfsuite calibrate`` use :func:`compare_runs` and :func:`compare_paired`.
+See docs/gate.md. Layout: ``values`` (what is compared, read from run files), ``estimate`` (log-ratio
+estimates), ``stats`` (pure statistics), ``verdict`` (decisions), ``report`` (formatting), ``in_pytest``
+(the plugin's :class:`GateSession`), ``runs`` (``perfsuite compare``), ``sequential`` (``perfsuite ab``).
 """
 
-from perfsuite.gate.compare import compare_paired, compare_runs
+from perfsuite.gate.in_pytest import GateSession, is_contended, make_session
 from perfsuite.gate.load import InputError, load_runs
 from perfsuite.gate.policy import DEFAULT_POLICIES, GateConfig, Override, Policy, PolicyError, parse_config
-from perfsuite.gate.pytest_support import GateSession, make_session
+from perfsuite.gate.runs import compare_runs
 from perfsuite.gate.verdict import KINDS, Verdict
 
 __all__ = [
@@ -20,8 +21,8 @@ __all__ = [
     "Policy",
     "PolicyError",
     "Verdict",
-    "compare_paired",
     "compare_runs",
+    "is_contended",
     "load_runs",
     "make_session",
     "parse_config",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,29 +51,3 @@ def load_runs(path: Path, runner_class: str | None = None, last: int | None = No
 
 def runner_class_of(run: Mapping[str, Any]) -> str | None:
     return (run.get("machine_info") or {}).get("perfsuite", {}).get("runner_class")
-
-
-def short_name(fullname: str) -> str:
-    return fullname.split("::")[-1]
-
-
-def index(runs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
-    """(by fullname, by name) -> benchmark entries, one per run that has it, in run order."""
-    by_full: dict[str, list[dict[str, Any]]] = {}
-    by_name: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        for b in run.get("benchmarks", []):
-            by_full.setdefault(b["fullname"], []).append(b)
-            by_name.setdefault(b.get("name") or short_name(b["fullname"]), []).append(b)
-    return by_full, by_name
-
-
-def match(fullname: str, by_full: Mapping[str, list[dict[str, Any]]],
-          by_name: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Baseline entries of one benchmark: by pytest-benchmark ``fullname``, else by ``name``."""
-    return list(by_full.get(fullname) or by_name.get(short_name(fullname)) or [])
-
-
-def cell_id(bench: Mapping[str, Any]) -> str:
-    cell = (bench.get("extra_info") or {}).get("cell") or {}
-    return str(cell.get("id") or "")

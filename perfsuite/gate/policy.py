@@ -6,15 +6,15 @@ naming the key, what is allowed and the fix. The schema (docs/gate.md has the pr
     [tool.perfsuite.gate]
     alpha = 0.01            # family-wise false-alarm rate over all gated metrics of a session (0 < alpha < 0.5)
     power = 0.8             # power at which the minimum detectable effect (MDE) is reported
-    baseline_runs = 10      # use the newest N run files of baselines/<runner-class>/ (>= 1; 10 recommended)
-    between_run_cv = 0.02   # optional prior: relative SD of one run's aggregate between processes (calibrate)
-    prior_df = 0            # weight of that prior in pseudo-runs (0 = off unless only one baseline run exists)
+    baseline_runs = 10      # use the newest N comparable run files of baselines/<runner-class>/ (>= 2 to fail)
+    ab_threshold = 0.01     # perfsuite ab: a significant slowdown beyond 1 % is a regression
+    ab_margin = 0.02        # perfsuite ab: "unchanged" once the interval lies inside +-2 %
 
     [[tool.perfsuite.gate.policies]]
     metric = "median_tpot_ms"          # see METRIC_HELP
     direction = "lower_is_better"      # or "higher_is_better"; default from the metric's name
     threshold = 0.03                   # relative: fail only if significantly worse AND estimated > 3 % worse
-    tests = ["test_tpot*", "test_e2e*"]  # optional: glob(s) on the test name; default all tests with the metric
+    tests = ["test_tpot*", "test_e2el*"]  # optional: glob(s) on the test name; default all tests with the metric
 
     [[tool.perfsuite.gate.policies]]
     metric = "generated_tokens"
@@ -38,10 +38,12 @@ EXACT_DIRECTIONS = ("lower_is_better", "higher_is_better", "equal")
 _LAT = re.compile(r"^(mean|median|min|p[1-9][0-9]?)_(ttft|tpot|itl|e2el)_ms$")
 _STATS = re.compile(r"^stats\.(min|max|mean|median)$")
 THROUGHPUT = ("output_throughput_tokens_per_s", "prefill_throughput_tokens_per_s")
-EXACT_METRICS = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_reserved_bytes")
+EXACT_METRICS = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
+                 "peak_device_used_bytes", "peak_device_delta_bytes")
 METRIC_HELP = ("{mean,median,min,p<1-99>}_{ttft,tpot,itl,e2el}_ms, output_throughput_tokens_per_s, "
                "prefill_throughput_tokens_per_s, generated_tokens, peak_rss_bytes, peak_allocated_bytes, "
-               "peak_reserved_bytes, stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
+               "peak_reserved_bytes, peak_device_used_bytes, peak_device_delta_bytes (device-level, GPU; give them a "
+               "tolerance), stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
 _WHERE = "[tool.perfsuite.gate]"
 
 
@@ -78,8 +80,8 @@ class GateConfig:
     alpha: float = 0.01
     power: float = 0.8
     baseline_runs: int = 10
-    between_run_cv: float | None = None
-    prior_df: float = 0.0
+    ab_threshold: float = 0.01
+    ab_margin: float = 0.02
     policies: tuple[Policy, ...] = field(default_factory=lambda: DEFAULT_POLICIES)
     overrides: tuple[Override, ...] = ()
 
@@ -105,11 +107,11 @@ class GateConfig:
 DEFAULT_POLICIES: tuple[Policy, ...] = (
     Policy("median_tpot_ms", threshold=0.03, tests=("test_tpot*",)),
     Policy("median_ttft_ms", threshold=0.05, tests=("test_ttft*",)),
-    Policy("median_e2el_ms", threshold=0.03, tests=("test_e2e*",)),
+    Policy("median_e2el_ms", threshold=0.03, tests=("test_e2el*",)),
     Policy("generated_tokens", direction="equal", exact=True),
 )
 
-_TOP = {"alpha", "power", "baseline_runs", "between_run_cv", "prior_df", "policies", "overrides"}
+_TOP = {"alpha", "power", "baseline_runs", "ab_threshold", "ab_margin", "policies", "overrides"}
 _POLICY = {"metric", "direction", "threshold", "exact", "tolerance", "abs_tolerance", "tests", "enabled"}
 _OVERRIDABLE = {"threshold", "tolerance", "abs_tolerance", "enabled"}
 
@@ -218,13 +220,8 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
     alpha = float(_number("alpha", raw.get("alpha", 0.01), 0.0, 0.5, lo_open=True, hi_open=True))
     power = float(_number("power", raw.get("power", 0.8), 0.5, 1.0, hi_open=True))
     runs = int(_number("baseline_runs", raw.get("baseline_runs", 10), 1, 10_000, integer=True))
-    cv = raw.get("between_run_cv")
-    if cv is not None:
-        cv = float(_number("between_run_cv", cv, 0.0, 1.0, lo_open=True, hi_open=True))
-    prior_df = float(_number("prior_df", raw.get("prior_df", 0), 0.0, 1000.0))
-    if prior_df > 0 and cv is None:
-        raise _err("prior_df", raw.get("prior_df"), "0 unless between_run_cv is set",
-                   "set between_run_cv (run `perfsuite calibrate` to measure it) or drop prior_df")
+    ab_thr = float(_number("ab_threshold", raw.get("ab_threshold", 0.01), 0.0, 1.0, hi_open=True))
+    ab_margin = float(_number("ab_margin", raw.get("ab_margin", 0.02), 0.0, 1.0, lo_open=True, hi_open=True))
     pols_raw = raw.get("policies")
     if pols_raw is None:
         policies = DEFAULT_POLICIES
@@ -254,7 +251,7 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
                                + ", ".join(p.metric for p in policies), "add a policy for it first")
                 per.append((k, _override_values(f"{where}.{k}", v)))
         overrides.append(Override(str(pattern), _override_values(where, common), tuple(per)))
-    return GateConfig(alpha, power, runs, cv, prior_df, policies, tuple(overrides))
+    return GateConfig(alpha, power, runs, ab_thr, ab_margin, policies, tuple(overrides))
 
 
 def load_config(pyproject: Any = None, **cli: Any) -> GateConfig:

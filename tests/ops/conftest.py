@@ -29,6 +29,12 @@ class GapLog:
         self.statuses: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
         self.gaps: list[known_gaps.Gap] = []
         self.runner_class = ""
+        self.characterised = True
+        self.scope = ""  # GapSet.describe()
+        self.uncharacterised: dict[tuple[str, str, str, str], str] = {}  # cell -> first detail
+
+    def note_uncharacterised(self, op: str, backend: str, dtype: str, shape_class: str, detail: str) -> None:
+        self.uncharacterised.setdefault((op, backend, dtype, shape_class), detail)
 
     def record(self, op: str, backend: str, dtype: str, shape_class: str, status: str) -> None:
         self.statuses[(op, backend, dtype, shape_class)].add(status)
@@ -46,9 +52,13 @@ LOG = GapLog()
 
 
 def _runner_class(config: pytest.Config) -> str:
+    """The perf suite's runner class: --perf-runner-class > PERFSUITE_RUNNER_CLASS > ini > detected (CPU)."""
+    from perfsuite import config as cfg
+
     try:
-        override = config.getoption("perf_runner_class")
-    except ValueError:
+        override = cfg.pick(config.getoption("perf_runner_class"), "PERFSUITE_RUNNER_CLASS",
+                            config.getini("perfsuite_runner_class"), None)
+    except ValueError:  # the perfsuite plugin is not loaded
         override = None
     if override:
         return str(override)
@@ -60,7 +70,11 @@ def _runner_class(config: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def ops_gaps(pytestconfig: pytest.Config) -> GapLog:
     LOG.runner_class = _runner_class(pytestconfig)
-    LOG.gaps = known_gaps.load(pytestconfig.rootpath / known_gaps.path_for(LOG.runner_class))
+    try:
+        found = known_gaps.for_runner(LOG.runner_class, known_gaps.directory_for(pytestconfig.rootpath))
+    except known_gaps.KnownGapsError as exc:
+        pytest.fail(f"perfsuite: {exc}", pytrace=False)
+    LOG.gaps, LOG.characterised, LOG.scope = list(found.gaps), found.characterised, found.describe()
     return LOG
 
 
@@ -71,8 +85,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     fixed = LOG.fixed()
     tr = terminalreporter
     tr.section(f"operator gaps ({LOG.runner_class})")
+    tr.write_line(LOG.scope)
     tr.write_line(f"{len(LOG.statuses)} (op, backend, dtype, shape class) cells exercised; {len(known)} with a "
                   "non-pass status (known gaps, or failures above)")
     for g in fixed:
         tr.write_line(f"FIXED known gap {g.label()} ({g.reason}): every matching example passed; delete the entry "
-                      f"from baselines/known_gaps/{LOG.runner_class}.toml")
+                      f"from {g.source}")
+    if LOG.uncharacterised:
+        tr.write_line(f"runner class {LOG.runner_class} is new, not yet characterised: {len(LOG.uncharacterised)} "
+                      "non-pass cell(s) reported, not failed; review them and record the real gaps in "
+                      f"baselines/known_gaps/{LOG.runner_class}.toml (perfsuite ops --write-known-gaps)")
+        for (op, backend, dtype, shape_class), detail in sorted(LOG.uncharacterised.items()):
+            tr.write_line(f"  NOT CHARACTERISED {op}/{shape_class}/{backend}/{dtype}: {detail[:200]}")

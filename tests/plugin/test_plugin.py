@@ -1,7 +1,12 @@
 """The plugin end to end, in subprocesses (pytester) on a small tiny-llama scenario."""
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PYPROJECT = """
 [tool.perfsuite]
+baselines_dir = "baselines"
 [tool.perfsuite.backend_options.vllm]
 kv_cache_space_gib = 1
-baselines_dir = "baselines"
 [tool.perfsuite.scenarios]
 tiny = {{ batch_size = 2, prompt_tokens = 16, new_tokens = {n} }}
 [tool.perfsuite.profiles.smoke]
@@ -21,15 +26,19 @@ models = ["tiny-llama"]
 scenarios = ["tiny"]
 warmup_generations = 1
 generations = {g}
+worker_processes = {w}
 """
 
 CELL = "{backend}-tiny-llama-float32-b2-p16-n{n}"
 
 
 @pytest.fixture
-def project(pytester):
-    def make(n=4, g=3, backend="torch"):
-        pytester.makefile(".toml", pyproject=PYPROJECT.format(n=n, g=g, backend=backend))
+def project(pytester, monkeypatch):
+    monkeypatch.delenv("PERFSUITE_RUNNER_CLASS", raising=False)  # .ci/run's second pass forces one
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the subprocesses import this checkout's perfsuite
+
+    def make(n=4, g=3, backend="torch", w=2):
+        pytester.makefile(".toml", pyproject=PYPROJECT.format(n=n, g=g, backend=backend, w=w))
         (pytester.path / "tests" / "perf").mkdir(parents=True)
         shutil.copy(ROOT / "tests" / "perf" / "test_latency.py", pytester.path / "tests" / "perf")
         return pytester
@@ -44,45 +53,51 @@ def run(pytester, *args):
 def test_help_lists_perf_options(pytester):
     out = pytester.runpytest_subprocess("--help").stdout.str()
     for flag in ("--perf-backend", "--perf-model", "--perf-profile", "--perf-device", "--perf-runner-class",
-                 "--perf-update-baselines"):
+                 "--perf-update-baselines", "--perf-workers", "--perf-fail-on-inconclusive"):
         assert flag in out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime-cpu", "vllm"])
 def test_perf_run_is_per_token_and_self_consistent(project, backend):
-    n, g = 8, 4
-    p = project(n=n, g=g, backend=backend)
+    n, g, w = 8, 4, 2
+    p = project(n=n, g=g, backend=backend, w=w)
     res = run(p, "--benchmark-json=out.json")
     res.assert_outcomes(passed=3)
     data = json.loads((p.path / "out.json").read_text())
     by = {b["name"].split("[")[0]: b for b in data["benchmarks"]}
     cell = CELL.format(n=n, backend=backend)
-    assert set(by) == {"test_ttft", "test_tpot", "test_e2e"}
+    assert set(by) == {"test_ttft", "test_tpot", "test_e2el"}
     assert all(b["param"] == cell for b in by.values())
     assert data["machine_info"]["perfsuite"]["schema_version"] == 1
-    ttft, tpot, e2e = by["test_ttft"], by["test_tpot"], by["test_e2e"]
-    # pytest-benchmark's own stats are per token: a TPOT round is one decode step.
-    assert ttft["stats"]["rounds"] == g and e2e["stats"]["rounds"] == g and tpot["stats"]["rounds"] == g * (n - 1)
-    assert tpot["extra_info"]["generated_tokens"] == 2 * g * (n - 1)
-    assert e2e["extra_info"]["generated_tokens"] == 2 * g * n
+    ttft, tpot, e2e = by["test_ttft"], by["test_tpot"], by["test_e2el"]
+    # pytest-benchmark's own stats are per token: a TPOT round is one decode step, from every worker process.
+    assert ttft["stats"]["rounds"] == w * g and e2e["stats"]["rounds"] == w * g
+    assert tpot["stats"]["rounds"] == w * g * (n - 1)
+    assert tpot["extra_info"]["generated_tokens"] == w * 2 * g * (n - 1)
+    assert e2e["extra_info"]["generated_tokens"] == w * 2 * g * n
     ei = e2e["extra_info"]
     for key in ("mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "mean_e2el_ms", "output_throughput_tokens_per_s",
                 "peak_rss_bytes"):
         assert key in ei
-    # Inside an E2E round, e2el = ttft + sum(itl) up to the timer calls between them.
-    s = ei["samples"]
-    for k in range(g):
-        parts = s["ttft_ms"][k] + sum(s["itl_ms"][k * (n - 1):(k + 1) * (n - 1)])
-        assert parts == pytest.approx(s["e2el_ms"][k], rel=0.02)
-    # Across the three tests (separate rounds of one process): e2e ~ ttft + (n-1) * tpot. The bound is a factor
-    # of 2 because this VM switches between a fast and a slow mode for seconds at a time (per-generation TPOT of
-    # tiny-llama 1.8 vs 3.3 ms inside one process: benchmarks/data/gate_corpus 0006, 0028), so two tests of one
-    # process can differ by ~1.8x; a 20 % bound failed 1 run in ~5 here. A factor of 2 still catches a unit slip
-    # (x1000) and per-generation vs per-token timing (x7 at n = 8); an n vs n-1 slip is caught exactly by the
-    # round and token counts above.
+    # Each value was timed in a fresh worker process (not this pytest process), one entry per process.
+    procs = ei["processes"]
+    assert len(procs) == w and len({pr["pid"] for pr in procs}) == w
+    assert ei["measured_by"]["worker_processes"] == w and ei["tokens_agree"]
+    assert ei["measured_by"]["mode"] == ("spawn" if backend == "vllm" else "fork")
+    # Inside an E2EL round, e2el = ttft + sum(itl) up to the timer calls between them (per process).
+    for pr in procs:
+        s_ = pr["samples"]
+        for k in range(g):
+            parts = s_["ttft_ms"][k] + sum(s_["itl_ms"][k * (n - 1):(k + 1) * (n - 1)])
+            assert parts == pytest.approx(s_["e2el_ms"][k], rel=0.02)
+    # Across the three tests (rounds of different processes, at different moments): e2el ~ ttft + (n-1) * tpot.
+    # The bound is a factor of 3: this VM switches between a fast and a slow mode for seconds at a time (tiny-llama
+    # TPOT 1.8 vs 3.3 ms) and a busy neighbour slows a 2-thread process for seconds more. A factor of 3 still
+    # catches a unit slip (x1000) and per-generation vs per-token timing (x7 at n = 8); an n vs n-1 slip is caught
+    # exactly by the round and token counts above.
     predicted = ttft["stats"]["median"] + (n - 1) * tpot["stats"]["median"]
-    assert predicted / 2 < e2e["stats"]["median"] < predicted * 2
+    assert predicted / 3 < e2e["stats"]["median"] < predicted * 3
     if backend == "vllm":
         # Our per-request TPOT against vLLM's own (last_token_ts - first_token_ts) / (n - 1), same generation:
         # both time the same engine steps, measured agreement 0.1 %; 2 % allows a busy CI neighbour.
@@ -90,6 +105,52 @@ def test_perf_run_is_per_token_and_self_consistent(project, backend):
         for ours, theirs in zip(bi["last_request_timings"], bi["last_vllm_request_stats"], strict=True):
             assert ours["tpot_s"] == pytest.approx(theirs["tpot_s"], rel=0.02)
         assert bi["engine_start_s"] > 0
+
+
+def test_benchmark_disabled_runs_the_workload_once_and_says_nothing_was_timed(project):
+    """--benchmark-disable (and xdist, which disables pytest-benchmark) used to break every perf test."""
+    p = project(n=3, g=2)
+    res = run(p, "--benchmark-disable", "--benchmark-json=out.json")
+    res.assert_outcomes(passed=3)
+    out = res.stdout.str()
+    assert "pytest-benchmark disabled" in out and "nothing was timed" in out
+    assert "process 1/1" in out  # one worker, once
+
+
+def test_benchmark_cprofile_profiles_inside_the_worker(project):
+    p = project(n=3, g=2)
+    res = run(p, "--benchmark-cprofile=tottime", "--benchmark-json=out.json")
+    res.assert_outcomes(passed=3)
+    data = json.loads((p.path / "out.json").read_text())
+    e2e = next(b for b in data["benchmarks"] if b["name"].startswith("test_e2el"))
+    assert any("decode" in row["function_name"] for row in e2e["cprofile"])
+
+
+def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project):
+    """SIGINT while workers measure: pytest reports the interrupt, nothing is recorded, no process is left
+    (pytest-benchmark's save used to crash with `min() arg is an empty sequence`)."""
+    p = project(n=16, g=30, w=6)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests/perf", "-p", "no:cacheprovider", "-q",
+                             "--perf-update-baselines"], cwd=p.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    seen = ""
+    deadline = time.monotonic() + 300
+    assert proc.stdout is not None
+    while "measuring" not in seen and time.monotonic() < deadline:
+        seen += proc.stdout.readline()
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    out = seen + proc.stdout.read()
+    proc.wait(timeout=120)
+    proc.stdout.close()
+    assert proc.returncode == 2, out  # pytest's "interrupted"
+    assert "KeyboardInterrupt" in out and "min() arg is an empty sequence" not in out
+    assert not (p.path / "baselines").exists() or not any((p.path / "baselines").rglob("*.json"))
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", f"perfsuite.worker.*{p.path}|{p.path}.*perfsuite.worker"],
+                          capture_output=True, text=True).stdout.split()
+    assert not left
 
 
 @pytest.mark.slow
@@ -106,6 +167,9 @@ def test_baseline_record_compare_and_refusals(project):
     res = run(p, "--benchmark-compare")
     res.assert_outcomes(passed=3)
     assert f"Comparing against benchmarks from: {rc_dir.name}/{first.name}" in res.stdout.str() + res.stderr.str()
+
+    # The gate against one baseline run: nothing can fail yet, but the table says what it sees.
+    assert "perfsuite regression gate" in res.stdout.str()
 
     # A failing run with --perf-update-baselines writes nothing.
     (p.path / "tests" / "perf" / "test_zfail.py").write_text("def test_fails():\n    assert False\n")
@@ -158,3 +222,34 @@ def test_unavailable_backend_skips_with_reason(project):
     res = run(p, "--perf-device", "cuda", "--perf-runner-class", "cuda-test", "-rs")
     res.assert_outcomes(skipped=3)
     assert "sees no GPU: torch.cuda.is_available() is False" in res.stdout.str()
+
+
+@pytest.mark.slow
+def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
+    """Record 4 baselines, then a run whose decode steps are 5x slower (real extra work in the worker): test_tpot
+    and test_e2el fail, test_ttft does not. An undecidable run warns with the MDE and the ab command, and
+    --perf-fail-on-inconclusive turns that into a failure."""
+    p = project(n=4, g=2, w=3)
+    for _ in range(4):
+        run(p, "--perf-update-baselines").assert_outcomes(passed=3)
+    res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
+                                 "-W", "default::perfsuite.session.GateInconclusive")
+    out = res.stdout.str()
+    assert "perfsuite regression gate" in out
+    os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"] = "4"
+    try:
+        res = run(p, "--benchmark-compare")
+    finally:
+        del os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"]
+    out = res.stdout.str()
+    assert "median_tpot_ms: regression" in out, out
+    res.assert_outcomes(failed=2, passed=1)
+    # One baseline run is not enough to fail on: inconclusive, visible, and a failure only when asked.
+    for f in sorted((p.path / "baselines").rglob("0*.json"))[1:]:
+        f.unlink()
+    res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
+                                 "-W", "default::perfsuite.session.GateInconclusive")
+    out = res.stdout.str()
+    assert res.ret == 0 and "GateInconclusive" in out and "record more baseline runs" in out
+    res = run(p, "--benchmark-compare", "--perf-fail-on-inconclusive")
+    assert res.ret == 1 and "--perf-fail-on-inconclusive" in res.stdout.str()

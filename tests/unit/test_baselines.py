@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 
 import pytest
 
@@ -52,3 +54,50 @@ def test_read_runs_takes_the_latest(tmp_path):
     for _ in range(3):
         baselines.write_run(tmp_path, run(), "r")
     assert len(baselines.read_runs(tmp_path, "cpu-x-2c", last=2)) == 2
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_recorded_baselines_get_the_mode_of_a_normal_file(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        p = baselines.write_run(tmp_path, run(), "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(p.stat().st_mode) == mode
+
+
+def test_a_current_run_is_not_called_a_baseline(tmp_path):
+    p = tmp_path / "current.json"
+    p.write_text("{not json")
+    with pytest.raises(baselines.BaselineError) as exc:
+        baselines.read_run(p, role="current")
+    assert "corrupt current run" in str(exc.value) and "baseline" not in str(exc.value)
+    assert "re-run the benchmarks" in str(exc.value)
+    with pytest.raises(baselines.BaselineError, match="no such current run file"):
+        baselines.read_run(tmp_path / "missing.json", role="current")
+    with pytest.raises(baselines.BaselineError, match="corrupt baseline"):  # the default is unchanged
+        baselines.read_run(p)
+    with pytest.raises(ValueError, match="role 'other'"):
+        baselines.read_run(p, role="other")
+
+
+@pytest.mark.parametrize("rc", ["../../etc", "/etc", "known_gaps", ".."])
+def test_class_folder_never_leaves_the_baselines_folder(tmp_path, rc):
+    root = tmp_path / "baselines"
+    with pytest.raises(baselines.BaselineError):
+        baselines.class_dir(root, rc)
+    with pytest.raises(baselines.BaselineError):
+        baselines.write_run(root / rc, run(), "x", baselines_dir=root)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == []
+
+
+def test_symlinked_class_folder_pointing_outside_is_refused(tmp_path):
+    root = tmp_path / "baselines"
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (root / "cpu-x-2c").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(baselines.BaselineError, match="outside"):
+        baselines.write_run(root / "cpu-x-2c", run(), "x", baselines_dir=root)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    good = baselines.write_run(root / "cpu-y-2c", run(), "x", baselines_dir=root)
+    assert good.parent == baselines.class_dir(root, "cpu-y-2c")

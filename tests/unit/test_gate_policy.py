@@ -17,7 +17,7 @@ def test_defaults() -> None:
 
 def test_full_schema() -> None:
     cfg = parse_config({
-        "alpha": 0.05, "power": 0.9, "baseline_runs": 8, "between_run_cv": 0.02, "prior_df": 4,
+        "alpha": 0.05, "power": 0.9, "baseline_runs": 8, "ab_threshold": 0.02, "ab_margin": 0.04,
         "policies": [
             {"metric": "median_tpot_ms", "threshold": 0.05, "tests": ["test_tpot*"]},
             {"metric": "output_throughput_tokens_per_s", "threshold": 0.05},
@@ -26,7 +26,7 @@ def test_full_schema() -> None:
         ],
         "overrides": {"onnxruntime-cpu-*": {"threshold": 0.1, "peak_rss_bytes": {"tolerance": 0.2}}},
     })
-    assert cfg.alpha == 0.05 and cfg.baseline_runs == 8 and cfg.prior_df == 4
+    assert cfg.alpha == 0.05 and cfg.baseline_runs == 8 and cfg.ab_threshold == 0.02 and cfg.ab_margin == 0.04
     thr = cfg.policies[1]
     assert thr.direction == "higher_is_better"  # from the metric's name
     assert cfg.policies[2].direction == "equal" and cfg.policies[2].exact
@@ -53,7 +53,8 @@ def test_override_can_disable() -> None:
     ({"alpha": "0.01"}, ["alpha", "a number"]),
     ({"baseline_runs": 0}, ["baseline_runs", "an integer"]),
     ({"baseline_runs": 2.5}, ["baseline_runs", "an integer"]),
-    ({"prior_df": 3}, ["prior_df", "between_run_cv", "calibrate"]),
+    ({"ab_margin": 0}, ["ab_margin", "(0, 1)"]),
+    ({"between_run_cv": 0.02}, ["between_run_cv", "remove or rename"]),
     ({"policies": []}, ["policies", "non-empty"]),
     ({"policies": [{"threshold": 0.1}]}, ["policies[0].metric", "median"]),
     ({"policies": [{"metric": "median_tpt_ms"}]}, ["policies[0].metric", "median_tpot_ms", "{mean,median"]),

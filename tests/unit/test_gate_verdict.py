@@ -8,16 +8,18 @@ import numpy as np
 import pytest
 
 from perfsuite.gate import GateSession, Policy, Verdict, parse_config
+from perfsuite.gate.estimate import Comparison
+from perfsuite.gate.report import describe
 from perfsuite.gate.stats import Estimate
-from perfsuite.gate.verdict import Cell, decide, decide_family
+from perfsuite.gate.verdict import decide, decide_all, guard_blocks
 
 TAU = 0.05
 
 
-def _cell(d: float, se: float, df: float = 9, policy: Policy | None = None, method: str = "runs") -> Cell:
+def _cell(d: float, se: float, df: float = 9, policy: Policy | None = None, method: str = "runs") -> Comparison:
     pol = policy or Policy("median_tpot_ms", threshold=TAU)
     est = Estimate(d=d, se=se, df=df, method=method, n_baseline=10, n_current=1, s_unit=se / math.sqrt(1.1))
-    return Cell("tests/perf/test_latency.py::test_tpot[c]", pol, est, (1.0,) * 10, (math.exp(d),))
+    return Comparison("tests/perf/test_latency.py::test_tpot[c]", pol, est, (1.0,) * 10, (math.exp(d),))
 
 
 @pytest.mark.parametrize(("d", "se", "kind"), [
@@ -25,7 +27,7 @@ def _cell(d: float, se: float, df: float = 9, policy: Policy | None = None, meth
     (math.log(1.03), 0.005, "unchanged"),  # significant but inside the threshold; interval inside +-5 %
     (math.log(1.20), 0.10, "inconclusive"),  # beyond the threshold but not significant
     (math.log(1.04), 0.02, "inconclusive"),  # interval reaches past the threshold: baseline too short
-    (math.log(1.07), 0.025, "inconclusive"),  # beyond the threshold, p > alpha: a few more runs settle it
+    (math.log(1.07), 0.025, "inconclusive"),  # beyond the threshold, p > alpha
     (math.log(0.80), 0.01, "improvement"),
     (0.0, 0.005, "unchanged"),
 ])
@@ -37,8 +39,7 @@ def test_kinds(d: float, se: float, kind: str) -> None:
     assert v.ratio == pytest.approx(math.exp(d))
     assert v.ci_low < v.ratio < v.ci_high
     assert v.mde is not None and v.mde >= TAU
-    if kind == "inconclusive":
-        assert ((v.more_runs or 0) >= 1 and "more run" in v.describe()) or "baseline" in v.note
+    assert "MDE" in describe(v) and v.kind in describe(v)
 
 
 def test_higher_is_better_flips() -> None:
@@ -47,9 +48,20 @@ def test_higher_is_better_flips() -> None:
     assert decide(_cell(math.log(1.2), 0.01, policy=pol), 0.01, 0.8).kind == "improvement"
 
 
-def test_within_only_never_fails() -> None:
-    v = decide(_cell(math.log(2.0), 0.01, method="within-only"), 0.01, 0.8)
-    assert v.kind == "inconclusive" and "between_run_cv" in v.note
+def test_one_baseline_run_never_fails() -> None:
+    v = decide(_cell(math.log(2.0), 0.01, method="processes"), 0.01, 0.8)
+    assert v.kind == "inconclusive" and "record more baseline runs" in v.note
+
+
+def test_rank_guard_blocks_a_current_run_inside_the_baseline_range() -> None:
+    pol = Policy("median_tpot_ms", threshold=TAU)
+    est = Estimate(d=math.log(1.2), se=0.01, df=9, method="runs", n_baseline=3, n_current=1, s_unit=0.01)
+    inside = Comparison("t", pol, est, (1.0, 1.0, 1.25), (1.2,))
+    beyond = Comparison("t", pol, est, (1.0, 1.0, 1.05), (1.2,))
+    assert guard_blocks(inside) and not guard_blocks(beyond)
+    v = decide(inside, 0.01, 0.8)
+    assert v.kind == "inconclusive" and "rank guard" in v.note
+    assert decide(beyond, 0.01, 0.8).kind == "regression"
 
 
 def test_verdict_is_frozen() -> None:
@@ -68,55 +80,82 @@ def test_verdict_is_frozen() -> None:
     (Policy("peak_rss_bytes", exact=True, abs_tolerance=50), (1000,), (900,), "improvement"),
 ])
 def test_exact(pol: Policy, base: tuple, cur: tuple, kind: str) -> None:
-    v = decide(Cell("t", pol, None, tuple(map(float, base)), tuple(map(float, cur))), 0.01, 0.8)
+    v = decide(Comparison("t", pol, None, tuple(map(float, base)), tuple(map(float, cur))), 0.01, 0.8)
     assert v.kind == kind and v.exact and v.mde is None
 
 
 def test_family_holm_is_at_least_as_powerful_as_bonferroni() -> None:
     cells = [_cell(math.log(1.10), 0.025), _cell(math.log(1.10), 0.03), _cell(0.0, 0.01)]
-    holm = decide_family(cells, 0.05, 0.8, "holm")
-    bonf = decide_family(cells, 0.05, 0.8, "bonferroni")
+    holm = decide_all(cells, 0.05, 0.8, "holm")
+    bonf = decide_all(cells, 0.05, 0.8, "bonferroni")
     assert sum(v.failed for v in holm) >= sum(v.failed for v in bonf)
     assert all(vb.failed <= vh.failed for vh, vb in zip(holm, bonf, strict=False))
 
 
-def _info(tpot: list[float], tokens: int = 155) -> dict:
-    return {"samples": {"tpot_ms": tpot, "itl_ms": tpot * 3}, "median_tpot_ms": float(np.median(tpot)),
-            "generated_tokens": tokens, "cell": {"id": "torch-tiny-llama-float32-b1-p64-n32"}}
+def _info(tpot: list[float], tokens: int = 155, workers: int = 5) -> dict:
+    procs = [{"samples": {"tpot_ms": [t * (1 + 0.001 * k) for k in range(5)]}, "wall_s": 1.0} for t in tpot]
+    return {"processes": procs, "samples": {"tpot_ms": tpot}, "median_tpot_ms": float(np.median(tpot)),
+            "generated_tokens": tokens, "cell": {"id": "torch-tiny-llama-float32-b1-p64-n32"},
+            "measured_by": {"profile": "smoke", "worker_processes": workers}}
+
+
+NAME = "tests/perf/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]"
 
 
 def _run(tpot: list[float]) -> dict:
-    return {"machine_info": {"perfsuite": {"schema_version": 1, "runner_class": "cpu-x-2c"}}, "benchmarks": [
-        {"name": "test_tpot[torch-tiny-llama-float32-b1-p64-n32]",
-         "fullname": "tests/perf/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]",
+    return {"machine_info": {"perfsuite": {"schema_version": 1, "runner_class": "cpu-x-2c"}},
+            "commit_info": {"id": "abc123"}, "benchmarks": [
+        {"name": "test_tpot[torch-tiny-llama-float32-b1-p64-n32]", "fullname": NAME,
          "stats": {"median": 0.0034}, "extra_info": _info(tpot)}]}
+
+
+def _procs(rng: np.random.Generator, scale: float = 1.0) -> list[float]:
+    return list(3.4 * scale * np.exp(rng.normal(rng.normal(0, 0.005), 0.02, 5)))
 
 
 def test_gate_session_fails_the_regressed_test_only() -> None:
     rng = np.random.default_rng(0)
-    base = [_run(list(3.4 * np.exp(rng.normal(rng.normal(0, 0.01), 0.01, 5)))) for _ in range(6)]
-    s = GateSession(base, {"alpha": 0.01, "baseline_runs": 5}, family_size=3)
-    assert len(s.runs) == 5
-    name = "tests/perf/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]"
-    ok = s.check(name, _info(list(3.4 * np.exp(rng.normal(0, 0.01, 5)))))
+    s = GateSession([_run(_procs(rng)) for _ in range(6)], {"alpha": 0.01, "baseline_runs": 5})
+    s.family = {NAME: 1, "b": 1, "c": 1}
+    ok = s.check(NAME, _info(_procs(rng)))
     assert {v.metric for v in ok} == {"median_tpot_ms", "generated_tokens"}
     assert s.failure_message(ok) is None
-    slow = s.check(name, _info(list(3.4 * 1.3 * np.exp(rng.normal(0, 0.01, 5)))))
+    assert [v.n_baseline for v in ok if not v.exact] == [5]  # the newest baseline_runs comparable runs
+    slow = s.check(NAME, _info(_procs(rng, 1.3)))
     msg = s.failure_message(slow)
     assert msg is not None and "median_tpot_ms: regression" in msg and "+3" in msg
-    tok = s.check(name, _info(list(3.4 * np.exp(rng.normal(0, 0.01, 5))), tokens=150))
+    tok = s.check(NAME, _info(_procs(rng), tokens=150))
     assert "generated_tokens: regression" in (s.failure_message(tok) or "")
     assert s.check("tests/perf/test_latency.py::test_unknown[x]", _info([1.0, 1.0, 1.0])) == []
     # matched by name when the fullname differs (a different rootdir)
-    assert s.check("other/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]",
-                   _info([3.4] * 5))
+    assert s.check("other/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]", _info(_procs(rng)))
     table = s.summary_table()
     assert any("REGRESSION" in line for line in table) and any("Holm" in line for line in table)
 
 
-def test_gate_session_family_size_set_later_tightens_alpha() -> None:
-    base = [_run([3.4, 3.41, 3.39, 3.4, 3.42]) for _ in range(3)]
-    s = GateSession(base, parse_config({}), 1)
-    s.family_size = 10  # what the plugin does after collection
-    vs = s.check("tests/perf/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]", _info([3.4] * 5))
+def test_family_counts_tests_that_ran_and_tightens_alpha() -> None:
+    s = GateSession([_run([3.4, 3.41, 3.39, 3.4, 3.42]) for _ in range(3)], parse_config({}))
+    s.family = {f"t{i}": 1 for i in range(10)}
+    vs = s.check(NAME, _info([3.4] * 5))
     assert [v.alpha for v in vs if not v.exact] == [pytest.approx(0.001)]
+
+
+def test_inconclusive_message_names_the_mde_and_the_ab_command() -> None:
+    rng = np.random.default_rng(5)
+    s = GateSession([_run(list(3.4 * np.exp(rng.normal(0, 0.15, 5)))) for _ in range(4)], parse_config({}))
+    s.family = {NAME: 1}
+    vs = s.check(NAME, _info(list(3.4 * 1.05 * np.exp(rng.normal(0, 0.05, 5)))))
+    msg = s.inconclusive_message(NAME, vs)
+    assert msg is not None and "MDE" in msg and "perfsuite ab --a ../perfsuite-base --b ." in msg
+    assert "git worktree add ../perfsuite-base abc123" in msg and "--budget" in msg
+
+
+def test_pr_run_against_smoke_baselines_is_incomparable_not_a_failure() -> None:
+    """A run measured with other generations/profile is not compared (the generated_tokens 20 vs 5 failure)."""
+    s = GateSession([_run([3.4] * 5) for _ in range(3)], parse_config({}))
+    s.family = {NAME: 1}
+    info = _info([3.4] * 5, tokens=620)
+    info["measured_by"] = {"profile": "pr", "worker_processes": 5}
+    vs = s.check(NAME, info)
+    assert vs and all(v.kind == "incomparable" and not v.failed for v in vs)
+    assert "profile pr vs smoke" in (s.inconclusive_message(NAME, vs) or "")

@@ -66,3 +66,88 @@ def test_prompts_are_seeded_and_in_range():
     a = models.prompts(3, 7, 100, seed=1)
     assert a == models.prompts(3, 7, 100, seed=1) != models.prompts(3, 7, 100, seed=2)
     assert all(len(p) == 7 and all(4 <= t < 100 for t in p) for p in a)
+
+
+# ---- custom code (auto_map) is refused before anything loads -----------------------------------------------------
+# auto_map blocks as published: microsoft/Phi-3-mini-4k-instruct's config.json (model_type "phi3", a type
+# transformers ships, so transformers would silently load its stock Phi3ForCausalLM instead) and
+# THUDM/chatglm3-6b's (model_type "chatglm", unknown to transformers: needs the repo's modelling code).
+PHI3_AUTO_MAP = {"AutoConfig": "configuration_phi3.Phi3Config",
+                 "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"}
+CHATGLM3_AUTO_MAP = {"AutoConfig": "configuration_chatglm.ChatGLMConfig",
+                     "AutoModel": "modeling_chatglm.ChatGLMForConditionalGeneration",
+                     "AutoModelForCausalLM": "modeling_chatglm.ChatGLMForConditionalGeneration",
+                     "AutoModelForSeq2SeqLM": "modeling_chatglm.ChatGLMForConditionalGeneration"}
+
+
+def _checkpoint_with(tiny, tmp_path, **changes):
+    _, m = tiny
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes((m.path / "model.safetensors").read_bytes())
+    config = {**json.loads((m.path / "config.json").read_text()), **changes}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    return ckpt
+
+
+@pytest.mark.parametrize(("model_type", "auto_map", "shown"), [
+    ("llama", PHI3_AUTO_MAP, "AutoModelForCausalLM -> modeling_phi3.Phi3ForCausalLM"),
+    ("chatglm", CHATGLM3_AUTO_MAP, "AutoModelForCausalLM -> modeling_chatglm.ChatGLMForConditionalGeneration"),
+])
+def test_custom_code_checkpoints_are_refused(tiny, tmp_path, model_type, auto_map, shown):
+    ckpt = _checkpoint_with(tiny, tmp_path, model_type=model_type, auto_map=auto_map)
+    for call in (models.resolve, models.model_config):
+        with pytest.raises(models.ModelError) as exc:
+            call(str(ckpt))
+        msg = str(exc.value)
+        assert str(ckpt) in msg and shown in msg and f"model_type {model_type!r}" in msg
+        assert "trust_remote_code is off" in msg and "without auto_map" in msg and "\n" not in msg
+
+
+def test_stock_checkpoint_resolves(tiny, tmp_path):
+    ckpt = _checkpoint_with(tiny, tmp_path)
+    assert models.resolve(str(ckpt)).path == ckpt
+    assert models.model_config(str(ckpt))["max_position_embeddings"] == 2048
+
+
+# ---- prompt + new tokens against the model's context --------------------------------------------------------------
+def _cell(model="tiny-llama", prompt=64, new=32, backend="torch", **options):
+    from perfsuite.cells import Cell, Scenario
+
+    return Cell(backend, model, "float32", Scenario("big", 1, prompt, new), options=tuple(options.items()))
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-opt"])
+def test_check_fits_names_model_limit_scenario_and_fix(model):
+    assert models.check_fits(_cell(model)) is None
+    assert models.check_fits(_cell(model, 2016, 32)) is None  # 2048: exactly the context
+    why = models.check_fits(_cell(model, 2100, 32))
+    assert why is not None
+    assert f"model {model!r}" in why and "2100 + 32 = 2132 > its context of 2048 tokens (max_position_embeddings)" \
+        in why and "scenario 'big' (b1-p2100-n32)" in why and "shorten the scenario" in why
+    assert "100032 >" in (models.check_fits(_cell(model, 100_000, 32)) or "")
+
+
+def test_vllm_max_model_len_counts():
+    why = models.check_fits(_cell(backend="vllm", max_model_len=4096))
+    assert why is not None and "backend option max_model_len = 4096 > its context of 2048" in why
+
+
+@pytest.mark.parametrize(("config", "limit"), [
+    ({"max_position_embeddings": 4096}, ("max_position_embeddings", 4096)),
+    ({"n_positions": 1024, "n_ctx": 1024}, ("n_positions", 1024)),  # GPT-2
+    ({"seq_length": 8192}, ("seq_length", 8192)),  # ChatGLM2/3
+    ({"text_config": {"max_position_embeddings": 131072}}, ("text_config.max_position_embeddings", 131072)),
+    ({"vocab_size": 10}, None),
+])
+def test_context_limit_fields(config, limit):
+    assert models.context_limit(config) == limit
+
+
+def test_custom_code_is_a_usage_error_at_configure_time(tiny, tmp_path):
+    from perfsuite import config as cfg
+
+    ckpt = _checkpoint_with(tiny, tmp_path, model_type="chatglm", auto_map=CHATGLM3_AUTO_MAP)
+    with pytest.raises(cfg.ConfigError, match=r"needs its own modelling code"):
+        cfg.resolve(cfg.parse({}, tmp_path), profile="smoke", device="cpu", backends=None, models=str(ckpt),
+                    runner_class="rc", update_baselines=False)

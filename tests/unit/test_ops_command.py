@@ -1,6 +1,8 @@
 import argparse
 import json
 
+import pytest
+
 from perfsuite.commands import ops as cmd
 
 
@@ -37,3 +39,66 @@ def test_repro_reruns_one_cell(capsys):
                       "head_dim": 32, "hidden": 8, "inter": 8, "vocab": 8, "group": 32, "topk": 1}}
     assert cmd.main(parse(["--repro", json.dumps(blob)])) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "pass"
+
+
+def _cli(argv, capsys):
+    from perfsuite import cli
+
+    code = cli.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_malformed_known_gaps_file_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "gaps.toml"
+    bad.write_text("[[gap]\nop = 'x'\n")
+    code, out, err = _cli(["ops", "--known-gaps", str(bad), "--ops", "silu", "--classes", "unit", "-q",
+                           "--out", str(tmp_path)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"perfsuite ops: {bad}: not valid TOML") and "fix the file or delete it" in err
+    assert not (tmp_path / "ops-matrix.json").exists()  # refused before the sweep
+
+
+def test_project_known_gaps_file_malformed_is_exit_2(tmp_path, capsys, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text("[tool.perfsuite]\n")
+    kg_dir = tmp_path / "baselines" / "known_gaps"
+    kg_dir.mkdir(parents=True)
+    (kg_dir / "all.toml").write_text("[[gap]]\nop = 'x'\nbackend = 'y'\nwhen = { os = 'linux' }\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _cli(["ops", "--runner-class", "cpu-a-1c", "--ops", "silu", "--classes", "unit", "-q"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "when.os: unknown condition" in err
+
+
+@pytest.mark.parametrize(("argv", "env", "needle"), [
+    (["--profile", "nightlly"], {}, "--profile='nightlly': unknown hypothesis profile; use one of ci, nightly"),
+    ([], {"PERFSUITE_HYPOTHESIS_PROFILE": "fast"}, "PERFSUITE_HYPOTHESIS_PROFILE='fast': unknown hypothesis profile"),
+    (["--runner-class", "../../etc"], {}, "--runner-class '../../etc': a path, not a name"),
+    ([], {"PERFSUITE_RUNNER_CLASS": "known_gaps"}, "PERFSUITE_RUNNER_CLASS 'known_gaps': a reserved name"),
+    (["--ops", "silu,swish"], {}, "--ops: unknown op(s) swish; known: "),
+    (["--classes", "huge"], {}, "--classes: unknown shape class(es) huge; use unit"),
+    (["--examples", "0"], {}, "--examples 0: use a whole number >= 1"),
+    (["--repro", "{x"], {}, "--repro: not JSON"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, env, needle):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, _, err = _cli(["ops", "--ops", "silu", "--classes", "unit", "-q", "--out", str(tmp_path), *argv], capsys)
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_uncharacterised_class_reports_and_passes(tmp_path, capsys, monkeypatch):
+    """A runner class with no known-gaps file of its own or its family: its gaps are listed, not failed."""
+    (tmp_path / "pyproject.toml").write_text("[tool.perfsuite]\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["ops", "--backends", "onnxruntime-cpu", "--ops", "int8_dynamic_matmul", "--dtypes", "float16",
+            "--classes", "unit", "--examples", "1", "--isolate", "none", "-q", "--out", str(tmp_path / "out")]
+    code, out, _ = _cli([*argv, "--runner-class", "rocm-gfx942-test"], capsys)
+    assert code == 0 and "rocm-gfx942-test is new, not yet characterised: 1 non-pass cell(s)" in out
+    assert "NOT CHARACTERISED int8_dynamic_matmul/unit/onnxruntime-cpu/float16: unsupported" in out
+    data = json.loads((tmp_path / "out" / "ops-matrix.json").read_text())
+    assert len(data["gaps"]["uncharacterised"]) == 1 and data["meta"]["characterised"] is False
+    # the same gap on a class whose family is characterised (an empty cpu.toml) fails as new
+    (tmp_path / "baselines" / "known_gaps").mkdir(parents=True)
+    (tmp_path / "baselines" / "known_gaps" / "cpu.toml").write_text("")
+    code, out, _ = _cli([*argv, "--runner-class", "cpu-x-2c"], capsys)
+    assert code == 1 and "NEW int8_dynamic_matmul/unit/onnxruntime-cpu/float16" in out

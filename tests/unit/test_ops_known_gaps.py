@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from perfsuite.ops import known_gaps as kg
@@ -71,3 +73,92 @@ def test_render_round_trips(tmp_path):
     gaps = kg.load(p)
     assert len(gaps) == 1
     assert kg.evaluate(cells, gaps).new == []
+
+
+# ---- scoped files: all.toml + <family>.toml + <runner-class>.toml, entries conditioned on `when` ----------------
+ENV_132 = kg.Environment({"onnxruntime": "1.32.0", "torch": "2.13.0+cpu"}, "x86_64", frozenset({"avx2"}))
+
+
+def _files(d, **named):
+    d.mkdir(exist_ok=True)
+    for name, text in named.items():
+        (d / f"{name}.toml").write_text(text)
+    return d
+
+
+def test_family_fallback_and_own_file_add_up(tmp_path):
+    d = _files(tmp_path / "kg", all=TOML, cpu="", **{"cpu-intel-xeon-2c": """
+[[gap]]
+op = "topk"
+backend = "onnxruntime-cpu"
+"""})
+    mine = kg.for_runner("cpu-intel-xeon-2c", d, ENV_132)
+    assert [p.name for p in mine.files] == ["all.toml", "cpu.toml", "cpu-intel-xeon-2c.toml"]
+    assert mine.characterised and len(mine.gaps) == 3
+    foreign = kg.for_runner("cpu-amd-epyc-2c", d, ENV_132)  # a fresh machine of a known kind
+    assert foreign.characterised and [g.op for g in foreign.gaps] == [("sdpa_kvcache",), ("int8_dynamic_matmul",)]
+    assert "(characterised); known-gaps files: all.toml, cpu.toml" in foreign.describe()
+
+
+def test_unknown_class_is_not_yet_characterised_and_does_not_fail(tmp_path):
+    d = _files(tmp_path / "kg", all=TOML, cpu="")
+    found = kg.for_runner("rocm-gfx942-mi300x", d, ENV_132)
+    assert not found.characterised and "new, not yet characterised" in found.describe()
+    cells = [cell("sdpa_kvcache", "onnxruntime-cpu", "float16", "odd", "unsupported"),  # all.toml knows it
+             cell("sdpa_causal", "onnxruntime-migraphx", "float16", "long", "wrong")]
+    r = kg.evaluate(cells, found.gaps, characterised=found.characterised)
+    assert r.new == [] and len(r.known) == 1 and [c["op"] for c in r.uncharacterised] == ["sdpa_causal"]
+    r = kg.evaluate(cells, found.gaps)  # once characterised, the same cell is new
+    assert [c["op"] for c in r.new] == ["sdpa_causal"]
+
+
+@pytest.mark.parametrize(("when", "env", "applies"), [
+    ('{ onnxruntime = ">=1.20" }', ENV_132, True),
+    ('{ onnxruntime = ">=1.20" }', kg.Environment({"onnxruntime": "1.19.2"}, "x86_64"), False),
+    ('{ onnxruntime = ">=1.20" }', kg.Environment({}, "x86_64"), False),  # not installed
+    ('{ torch = ">=2.13,<2.14" }', ENV_132, True),  # a +cpu build is its release
+    ('{ cpu_arch = ["x86_64", "aarch64"] }', kg.Environment({}, "aarch64"), True),
+    ('{ cpu_arch = "x86_64" }', kg.Environment({}, "aarch64"), False),
+    ('{ cpu_flags = ["avx2", "avx512_vnni"] }', ENV_132, False),
+    ('{ cpu_flags = "avx2" }', ENV_132, True),
+    ('{ gpu_arch = "gfx90a" }', kg.Environment({}, "x86_64", gpu_arch="gfx90a"), True),
+    ('{ gpu_arch = "gfx90a" }', ENV_132, False),
+])
+def test_when_conditions(tmp_path, when, env, applies):
+    d = _files(tmp_path / "kg", all=f'[[gap]]\nop = "x"\nbackend = "y"\nwhen = {when}\n')
+    assert len(kg.for_runner("cpu-a-1c", d, env).gaps) == int(applies)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('[[gap]]\nop = "x"\nbackend = "y"\nwhen = { os = "linux" }\n', "when.os: unknown condition; allowed: onnxruntime"),
+    ('[[gap]]\nop = "x"\nbackend = "y"\nwhen = { onnxruntime = "1.20+" }\n', "not a version specifier"),
+    ('[[gap]]\nop = "x"\nbackend = "y"\nwhen = ">=1.20"\n', "when must be a table"),
+    ('gap = 3\n', "'gap' must be an array of tables"),
+    ('[gaps]\nop = "x"\n', "unknown table or key 'gaps'"),
+])
+def test_malformed_files_name_file_entry_and_fix(tmp_path, text, needle):
+    d = _files(tmp_path / "kg", all=text)
+    with pytest.raises(kg.KnownGapsError) as exc:
+        kg.for_runner("cpu-a-1c", d, ENV_132)
+    assert needle in str(exc.value) and str(d / "all.toml") in str(exc.value)
+
+
+def test_invalid_runner_class_is_a_known_gaps_error(tmp_path):
+    with pytest.raises(kg.KnownGapsError, match="a path, not a name"):
+        kg.for_runner("../x", tmp_path)
+
+
+def test_render_leaves_out_what_shared_files_cover(tmp_path):
+    d = _files(tmp_path / "kg", all=TOML)
+    shared = kg.for_runner("cpu-a-1c", d, ENV_132).gaps
+    cells = [cell("sdpa_kvcache", "onnxruntime-cpu", "float16", "odd", "unsupported"),
+             cell("topk", "onnxruntime-cpu", "float16", "odd", "wrong")]
+    text = kg.render("cpu-a-1c", cells, covered=shared)
+    assert 'op = "topk"' in text and "sdpa_kvcache" not in text
+
+
+def test_repo_files_parse_and_apply_here():
+    root = Path(__file__).resolve().parents[2]
+    here = kg.for_runner("cpu-amd-epyc-2c", root / kg.DEFAULT_DIR)
+    assert here.characterised and {g.op for g in here.gaps} == {("sdpa_kvcache",), ("int8_dynamic_matmul",)}
+    assert not (root / kg.DEFAULT_DIR / "cpu-intel-xeon-2c.toml").exists()  # no gap is keyed by CPU model

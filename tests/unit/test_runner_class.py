@@ -1,3 +1,5 @@
+import pytest
+
 from perfsuite import runner_class
 
 
@@ -27,3 +29,49 @@ def test_plugin_import_is_light():
             "print(' '.join(m for m in ('torch','onnxruntime','vllm','transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+# ---- one validated type: a runner class names a folder, never a path ------------------------------------------
+@pytest.mark.parametrize("name", ["cpu-intel-xeon-2c", "cpu-amd-epyc-2c", "rocm-gfx90a-amd-instinct-mi250x-mi250",
+                                  "cuda-sm90-nvidia-h200x2", "rc", "a" * runner_class.MAX_LENGTH])
+def test_valid_classes_pass_unchanged(name):
+    assert runner_class.validate(name) == name
+    assert runner_class.RunnerClass(name) == name and runner_class.RunnerClass(name).family == name.split("-")[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("../../etc", "a path, not a name"),
+        ("/etc", "a path, not a name"),
+        ("cpu/../../x", "a path, not a name"),
+        ("..", "a path, not a name"),
+        ("~root", "a path, not a name"),
+        ("known_gaps", "a reserved name (the folder of operator gap lists"),
+        ("known-gaps", "a reserved name"),
+        ("all", "a reserved name (baselines/known_gaps/all.toml"),
+        ("NUL", "a device name on Windows"),
+        ("CPU-AMD-EPYC-2C", "did you mean 'cpu-amd-epyc-2c'?"),
+        ("cpu amd epyc", "did you mean 'cpu-amd-epyc'?"),
+        ("-cpu", "starting and ending with a letter or digit"),
+        ("", "1-80 lowercase letters, digits and '-'"),
+        ("x" * 81, "is 81 characters long"),
+    ],
+)
+def test_invalid_classes_name_value_rule_and_fix(name, needle):
+    with pytest.raises(ValueError) as exc:
+        runner_class.validate(name, "PERFSUITE_RUNNER_CLASS")
+    msg = str(exc.value)
+    assert msg.startswith("PERFSUITE_RUNNER_CLASS ") and needle in msg
+    assert repr(name[:40]) in msg  # names the value
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("facts", [
+    {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+ with an absurdly long marketing name " * 3, "cores": 224},
+    {"cpu_model": "", "cores": 1},
+])
+def test_detected_classes_always_validate(facts):
+    rc = runner_class.from_facts("cpu", facts)
+    assert runner_class.validate(rc) == rc and len(rc) <= runner_class.MAX_LENGTH
+    assert rc == runner_class.from_facts("cpu", facts)  # a long name is cut with a hash: still stable

@@ -1,0 +1,48 @@
+"""The doctor's window on the machine: environment, files, commands. Tests pass a fake with captured outputs."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+
+def _run(cmd: list[str], timeout: float) -> tuple[int, str, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        return 127, "", str(exc)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{cmd[0]} did not answer within {timeout:.0f} s"
+    except OSError as exc:
+        return 126, "", str(exc)
+    return p.returncode, p.stdout, p.stderr
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+@dataclass
+class Host:
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    run: Callable[[list[str], float], tuple[int, str, str]] = _run
+    which: Callable[[str], str | None] = shutil.which
+    read_text: Callable[[str], str | None] = _read_text
+    glob: Callable[[str], list[str]] = lambda pattern: sorted(glob.glob(pattern))
+    exists: Callable[[str], bool] = os.path.exists
+    access: Callable[[str, int], bool] = os.access
+    timeout_s: float = 20.0
+
+    def command(self, *cmd: str) -> tuple[int, str, str]:
+        """Run a read-only query tool; (127, "", reason) when it is not installed."""
+        if self.which(cmd[0]) is None:
+            return 127, "", f"{cmd[0]} not found on PATH"
+        return self.run(list(cmd), self.timeout_s)

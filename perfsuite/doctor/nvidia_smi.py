@@ -1,0 +1,54 @@
+"""``nvidia-smi --query-gpu=... --format=csv,nounits``: columns are found by their header name, so any query
+order parses (the header carries units in brackets, ``memory.total [MiB]``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from perfsuite.doctor import gfx
+from perfsuite.doctor.facts import Gpu, SourceResult
+from perfsuite.doctor.host import Host
+
+NAME = "nvidia-smi"
+QUERY = "index,name,memory.total,memory.used,driver_version,compute_cap"
+
+
+def parse_query(text: str) -> list[Gpu]:
+    rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
+    if not rows:
+        return []
+    header = [h.split(" [")[0].strip() for h in rows[0]]
+    gpus: list[Gpu] = []
+    for row in rows[1:]:
+        rec = {h: v.strip() for h, v in zip(header, row, strict=False)}
+        if not rec.get("name"):
+            continue
+        total = _mib(rec.get("memory.total"))
+        arch = None
+        cap = rec.get("compute_cap")
+        if cap and "." in cap:
+            major, minor = cap.split(".", 1)
+            arch = gfx.sm_arch(int(major), int(minor))
+        extra = {"vram_used_bytes": _mib(rec.get("memory.used"))} if rec.get("memory.used") else {}
+        idx = rec.get("index")
+        gpus.append(Gpu("nvidia", rec["name"], arch, total, rec.get("driver_version"),
+                        int(idx) if idx and idx.isdigit() else len(gpus), NAME, extra))
+    return gpus
+
+
+def _mib(v: str | None) -> int | None:
+    try:
+        return int(float((v or "").replace("MiB", "").strip()) * 2**20)
+    except ValueError:
+        return None
+
+
+def probe(host: Host) -> SourceResult:
+    rc, out, err = host.command("nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,nounits")
+    if rc == 127:
+        return SourceResult(NAME, "absent", err)
+    if rc != 0:
+        return SourceResult(NAME, "error", (err or out).strip()[-200:] or f"exit {rc}")
+    gpus = parse_query(out)
+    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus)

@@ -1,0 +1,61 @@
+"""``rocm-smi --showproductname --showmeminfo vram --showdriverversion --json`` (deprecated for amd-smi, still
+shipped). Keys differ across versions ("Card series" / "Card Series"); "GFX Version" renders gfx90a as gfx9010."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfsuite.doctor import gfx
+from perfsuite.doctor._parse import clean, json_document
+from perfsuite.doctor.facts import Gpu, SourceResult
+from perfsuite.doctor.host import Host
+
+NAME = "rocm-smi"
+_NAME_KEYS = ("Device Name", "Card Series", "Card series", "Card Model", "Card model")
+
+
+def _get(card: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        v = clean(card.get(k))
+        if v is not None:
+            return v
+    return None
+
+
+def parse(text: str) -> tuple[list[Gpu], dict[str, str]]:
+    """(GPUs in card order, system facts such as the driver version)."""
+    doc = json_document(text)
+    if not isinstance(doc, dict):
+        raise ValueError("rocm-smi JSON is not an object")
+    cards = sorted((k for k in doc if k.startswith("card") and k[4:].isdigit()), key=lambda k: int(k[4:]))
+    gpus = []
+    for key in cards:
+        card = doc[key]
+        total = _get(card, "VRAM Total Memory (B)", "GPU memory available")
+        used = _get(card, "VRAM Total Used Memory (B)", "GPU memory use")
+        gpus.append(Gpu("amd", _get(card, *_NAME_KEYS), gfx.normalize(_get(card, "GFX Version")),
+                        int(total) if total is not None else None, None, int(key[4:]), NAME,
+                        {k: v for k, v in {"vram_used_bytes": int(used) if used is not None else None,
+                                           "kfd_node": _get(card, "Node ID"), "sku": _get(card, "Card SKU"),
+                                           "gfx_version_as_printed": _get(card, "GFX Version")}.items()
+                         if v is not None}))
+    system = doc.get("system", {}) if isinstance(doc.get("system"), dict) else {}
+    facts = {"driver": str(system["Driver version"])} if clean(system.get("Driver version")) else {}
+    for g in gpus:
+        g.driver = facts.get("driver")
+    return gpus, facts
+
+
+def probe(host: Host) -> SourceResult:
+    rc, out, err = host.command("rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion",
+                                "--json")
+    if rc == 127:
+        return SourceResult(NAME, "absent", err)
+    if rc != 0:
+        return SourceResult(NAME, "error", (err or out).strip()[-200:] or f"exit {rc}")
+    try:
+        gpus, facts = parse(out)
+    except ValueError as exc:
+        # Without a driver rocm-smi exits 0 and prints "WARNING: No JSON data to report".
+        return SourceResult(NAME, "empty", f"{out.strip()[:120] or exc}")
+    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus, facts)

@@ -1,0 +1,86 @@
+"""``rocminfo``: HSA agents. GPU agents give the gfx arch (``Name: gfx90a``), marketing name, CUs and VRAM pool."""
+
+from __future__ import annotations
+
+import re
+
+from perfsuite.doctor import gfx
+from perfsuite.doctor.facts import Gpu, SourceResult
+from perfsuite.doctor.host import Host
+
+NAME = "rocminfo"
+_AGENT = re.compile(r"^\*+\s*\nAgent (\d+)\s*\n\*+\s*$", re.M)
+_FIELD = re.compile(r"^  (\S[^:]*?):\s*(.*?)\s*$")
+_KB = re.compile(r"^(\d+)\(0x[0-9a-f]+\)\s*KB$", re.I)
+
+
+def parse_agents(text: str) -> list[dict[str, str]]:
+    """One dict per agent: its top-level fields, plus ``_pools`` ("segment|size") and ``_isa`` (target ids)."""
+    parts = _AGENT.split(text)
+    agents = []
+    for i in range(1, len(parts) - 1, 2):
+        body = parts[i + 1]
+        fields: dict[str, str] = {"_agent": parts[i]}
+        pools: list[str] = []
+        isas: list[str] = []
+        segment = None
+        for line in body.splitlines():
+            m = _FIELD.match(line)
+            if m:
+                fields.setdefault(m.group(1), m.group(2))
+                continue
+            s = line.strip()
+            if s.startswith("Segment:"):
+                segment = s.split(":", 1)[1].strip()
+            elif s.startswith("Size:") and segment is not None:
+                pools.append(f"{segment}|{s.split(':', 1)[1].strip()}")
+                segment = None
+            elif s.startswith("Name:") and "amdgcn-amd-amdhsa" in s:
+                isas.append(s.split(":", 1)[1].strip())
+        fields["_pools"] = "\n".join(pools)
+        fields["_isa"] = "\n".join(isas)
+        agents.append(fields)
+    return agents
+
+
+def parse(text: str) -> list[Gpu]:
+    gpus: list[Gpu] = []
+    for a in parse_agents(text):
+        if a.get("Device Type") != "GPU":
+            continue
+        vram = None
+        for pool in a["_pools"].splitlines():
+            segment, size = pool.split("|", 1)
+            m = _KB.match(size)
+            if m and "GLOBAL" in segment and "COARSE GRAINED" in segment:
+                vram = int(m.group(1)) * 1024
+                break
+        arch = gfx.normalize(a.get("Name"))
+        isa = a["_isa"].splitlines()[0] if a["_isa"] else None
+        gpus.append(Gpu("amd", a.get("Marketing Name"), arch, vram, None, len(gpus), NAME,
+                        {"compute_units": _int(a.get("Compute Unit")), "kfd_node": _int(a.get("Node")),
+                         "target_id": isa, "uuid": a.get("Uuid")}))
+    return gpus
+
+
+def kernel_driver(text: str) -> str | None:
+    """``ROCk module version 6.10.5 is loaded`` (newer rocminfo) -> "6.10.5"."""
+    m = re.search(r"ROCk module version (\S+) is loaded", text)
+    return m.group(1) if m else None
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return int(str(v).split("(")[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def probe(host: Host) -> SourceResult:
+    rc, out, err = host.command("rocminfo")
+    if rc == 127:
+        return SourceResult(NAME, "absent", err)
+    if rc != 0:
+        return SourceResult(NAME, "error", (err or out).strip().splitlines()[-1] if (err or out).strip() else f"exit {rc}")
+    gpus = parse(out)
+    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus, {"kernel_driver": kernel_driver(out)})

@@ -1,0 +1,138 @@
+"""What the pytest plugin calls: :class:`GateSession` (one per pytest session that compares against baselines).
+
+Per-test decisions are made while the test runs (so the failing test is the regressed one). The family is known
+by then: every selected cell has already been measured (perfsuite.harness), so it counts exactly the gated tests
+that ran and have a baseline measured the same way. Each gets a Bonferroni share ``alpha / family`` of the
+false-alarm budget, split equally over its statistical metrics. The summary table adds Holm-adjusted p-values
+(informational; Holm never contradicts a Bonferroni failure).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from perfsuite.gate import report, sequential, stats, values
+from perfsuite.gate.estimate import comparable_runs, estimate
+from perfsuite.gate.policy import GateConfig, parse_config
+from perfsuite.gate.runs import index, match
+from perfsuite.gate.verdict import Verdict, decide
+
+
+def is_contended(run: Mapping[str, Any]) -> bool:
+    """A stored run recorded on a busy machine (preflight on_busy = "mark"): kept, but never a baseline."""
+    meta = (run.get("machine_info") or {}).get("perfsuite") or {}
+    return bool(meta.get("contended") or (meta.get("preflight") or {}).get("contended"))
+
+
+class GateSession:
+    def __init__(self, baseline_runs: Sequence[Mapping[str, Any]], config: GateConfig | Mapping[str, Any] | None
+                 = None) -> None:
+        self.config = config if isinstance(config, GateConfig) else parse_config(config)
+        self.skipped_contended = sum(is_contended(r) for r in baseline_runs)
+        self.runs = [r for r in baseline_runs if not is_contended(r)]
+        self._by_full, self._by_name = index(self.runs)
+        self.family: dict[str, int] = {}  # nodeids of the gated tests (each shares alpha over its own metrics)
+        self.verdicts: list[Verdict] = []
+        self.hints: dict[str, str] = {}
+
+    # ------------------------------------------------------------------------------------------ the family
+    def set_family(self, items: Sequence[Any], results: Mapping[str, Any]) -> None:
+        """After measuring: the selected perf tests whose cell ran and that have a comparable baseline."""
+        self.family = {}
+        for item in items:
+            spec = getattr(item, "callspec", None)
+            cell = spec.params.get("perf_cell") if spec is not None else None
+            res = results.get(str(getattr(cell, "id", ""))) if cell is not None else None
+            if res is None or res.skip or res.error or not res.processes:
+                continue
+            base = match(item.nodeid, self._by_full, self._by_name)
+            probe = {"extra_info": {"measured_by": res.measured_by}}
+            if not base or not comparable_runs(probe, base)[0]:
+                continue
+            self.family[item.nodeid] = 1
+
+    def alpha_for(self, n_stat: int) -> float:
+        tests = max(len(self.family), 1)
+        return self.config.alpha / (tests * max(n_stat, 1))
+
+    # ------------------------------------------------------------------------------------------- a verdict
+    def check(self, nodeid: str, extra_info: Mapping[str, Any], stats_: Mapping[str, Any] | None = None
+              ) -> list[Verdict]:
+        """Verdicts of one benchmark (its ``extra_info`` as just measured), recorded for :meth:`summary_table`."""
+        base = match(nodeid, self._by_full, self._by_name)
+        if not base:
+            return []
+        current = {"extra_info": dict(extra_info), "stats": dict(stats_ or {})}
+        cid = str((extra_info.get("cell") or {}).get("id") or "")
+        pols = [p for p in self.config.policies_for(cid, values.short_name(nodeid))
+                if values.run_value(current, p.metric) is not None]  # a policy gates benchmarks that have its metric
+        alpha = self.alpha_for(sum(not p.exact for p in pols))
+        out = [decide(estimate(nodeid, p, base, [current], self.config), alpha, self.config.power) for p in pols]
+        self.verdicts.extend(out)
+        for v in out:
+            if v.kind == "inconclusive" and v.ratio is not None:
+                self.hints[nodeid] = self._settle_hint(v, current, cid)
+        return out
+
+    def _settle_hint(self, v: Verdict, current: Mapping[str, Any], cell_id: str) -> str:
+        """The `perfsuite ab` command (with a budget sized from this run's own process spread) that settles it."""
+        pv = values.process_values(current, v.metric)
+        procs = (current.get("extra_info") or {}).get("processes") or []
+        walls = [float(p.get("wall_s") or 0) for p in procs if p.get("wall_s")]
+        budget = None
+        if pv and len(pv) >= 3 and walls:
+            sigma_pair = math.sqrt(2) * float(np.std(np.log(pv), ddof=1))
+            tau, eps = math.log1p(self.config.ab_threshold), math.log1p(self.config.ab_margin)
+            d = math.log(v.ratio) if v.ratio else 0.0
+            target = d if abs(d) > tau else 0.0
+            n = sequential.pairs_needed(sigma_pair, target, self.config.alpha / 3, tau, eps)
+            if n is not None:
+                budget = 20 + 1.2 * n * 2 * float(np.mean(walls))
+        ref = None
+        for run in reversed(self.runs):
+            ref = (run.get("commit_info") or {}).get("id")
+            if ref:
+                break
+        return report.ab_command(cell_id, ref, budget)
+
+    @staticmethod
+    def failure_message(verdicts: Sequence[Verdict]) -> str | None:
+        bad = [v for v in verdicts if v.failed]
+        if not bad:
+            return None
+        return "perfsuite gate: significant regression beyond threshold\n" + "\n".join(
+            "  " + report.describe(v) for v in bad)
+
+    def inconclusive_message(self, nodeid: str, verdicts: Sequence[Verdict]) -> str | None:
+        """What the stored baselines could not see, and the A/B that would."""
+        unsure = [v for v in verdicts if v.kind in ("inconclusive", "incomparable")]
+        if not unsure:
+            return None
+        lines = [f"perfsuite gate: {values.short_name(nodeid)}: could not decide"]
+        lines += ["  " + report.describe(v) for v in unsure]
+        if nodeid in self.hints:
+            lines.append(f"  settle it with: {self.hints[nodeid]}")
+        return "\n".join(lines)
+
+    def summary_table(self) -> list[str]:
+        if not self.verdicts:
+            return []
+        lines = report.table(self.verdicts, stats.holm_adjusted([v.p_worse for v in self.verdicts]))
+        lines.append(f"per-test decisions: Bonferroni, alpha={self.config.alpha:g} over {len(self.family)} gated "
+                     f"test(s) that ran with a comparable baseline; p(Holm) is informational; baseline: newest "
+                     f"{self.config.baseline_runs} comparable run(s) of {len(self.runs)}")
+        if self.skipped_contended:
+            lines.append(f"{self.skipped_contended} stored run(s) marked contended were left out of the baseline")
+        for nodeid, hint in self.hints.items():
+            lines.append(f"inconclusive {values.short_name(nodeid)}: settle it with: {hint}")
+        return lines
+
+
+def make_session(raw: Mapping[str, Any] | GateConfig | None, baseline_runs: Sequence[Mapping[str, Any]]
+                 ) -> GateSession:
+    """``raw`` is ``[tool.perfsuite.gate]`` as a mapping (PerfConfig.gate); raises PolicyError when invalid."""
+    return GateSession(baseline_runs, raw)

@@ -1,0 +1,204 @@
+"""Sequential A/B decision with an always-valid confidence sequence (testing by betting).
+
+Data: one value per randomized pair, ``d_i = log(B_i / A_i)`` (B the candidate). Inside a pair the order of A and
+B is a fair coin flip, so for identical code ``d_i`` is symmetric about 0 whatever the noise looks like: heavy
+tails, bimodal processes, machine modes, a position effect (the second process of a pair always slower) -- the
+coin flip makes the sign of ``d_i`` a fair coin given everything else. Under a location shift (B's processes are
+A's slowed by a factor), ``d_i - delta`` is symmetric about 0 in the same way.
+
+For each candidate shift ``m`` on a grid we bet on the sign of ``d_i - m``: wealth
+``W_n(m) = prod_i (1 + lambda_i(m) * g((d_i - m) / c_i))`` with ``g`` clipped to [-1, 1] (odd, bounded: one wild
+pair moves the wealth by at most a factor 1 +- lambda), a scale ``c_i`` and bets ``lambda_i`` in [-1/2, 1/2] that
+use only pairs before ``i`` (predictable). If ``m`` is the true centre, ``E[g(d_i - m) | past] = 0``, so ``W_n(m)``
+is a non-negative martingale and, by Ville's inequality, ``P(sup_n W_n(m) >= 1/alpha) <= alpha``. The confidence
+sequence is the set of ``m`` whose wealth never reached ``1/alpha``: it covers the true shift at every ``n``
+simultaneously with probability >= 1 - alpha, so stopping whenever the data look decisive (or when the wall-time
+budget runs out) keeps the false-alarm rate at alpha. No normality, no fixed sample size, no alpha spending plan.
+(Waudby-Smith & Ramdas 2023, "Estimating means of bounded random variables by betting", JRSS-B; the symmetry
+argument is the sign-flip test of Fisher/Pratt made sequential.)
+
+Decisions, for relative regression threshold ``tau`` and equivalence margin ``eps`` (log scale):
+* regression:  the interval is above 0 (significantly slower) and the Hodges-Lehmann estimate is above tau
+* improvement: the interval is below 0 and the estimate below -tau
+* unchanged:   the interval lies inside (-eps, eps), or it excludes 0 but the estimate stays within tau and
+               the interval inside (-eps, eps)
+* otherwise open; at the budget it is inconclusive, with the MDE reached and the budget that would settle it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GRID_HALF_WIDTH = 0.7  # log-ratio: shifts of 0.5x to 2x are representable
+GRID_STEP = 0.0005  # 0.05 % resolution
+LAMBDA_MAX = 0.5
+SCALE_FLOOR = 0.005  # never bet on a scale finer than 0.5 %
+SCALE_PRIOR = 0.05  # scale before 3 pairs are in: 5 %, this VM's between-process spread order of magnitude
+
+
+def hodges_lehmann(d: Sequence[float]) -> float:
+    """Median of the Walsh averages (d_i + d_j)/2, i <= j: the location estimate that matches a symmetric shift."""
+    x = np.asarray(d, dtype=float)
+    if x.size == 0:
+        return math.nan
+    i, j = np.triu_indices(x.size)
+    return float(np.median((x[i] + x[j]) / 2))
+
+
+def robust_sd(d: Sequence[float]) -> float:
+    x = np.asarray(d, dtype=float)
+    if x.size < 2:
+        return math.nan
+    mad = float(np.median(np.abs(x - np.median(x)))) * 1.4826
+    return mad if mad > 0 else float(np.std(x, ddof=1))
+
+
+@dataclass
+class ConfidenceSequence:
+    """Always-valid (1 - alpha) confidence sequence for the centre of symmetry of a stream of log-ratios."""
+
+    alpha: float
+    grid: np.ndarray = field(default_factory=lambda: np.arange(-GRID_HALF_WIDTH, GRID_HALF_WIDTH + GRID_STEP / 2,
+                                                                 GRID_STEP))
+    data: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        n = self.grid.size
+        self.log_wealth = np.zeros(n)
+        self.max_log_wealth = np.zeros(n)  # running maximum: a shift rejected once stays rejected
+        self._s1 = np.zeros(n)  # sum of past g
+        self._s2 = np.zeros(n)  # sum of past g^2
+        self._threshold = math.log(1 / self.alpha)
+
+    def _scale(self) -> float:
+        if len(self.data) < 3:
+            return SCALE_PRIOR
+        return max(SCALE_FLOOR, 2.0 * robust_sd(self.data))
+
+    def update(self, d: float) -> None:
+        if not math.isfinite(d):
+            raise ValueError(f"log-ratio must be finite, got {d}")
+        n = len(self.data)
+        c = self._scale()
+        g = np.clip((d - self.grid) / c, -1.0, 1.0)
+        # aGRAPA-style predictable bet: mean / (variance + mean^2) of past g, with one pseudo-observation at 0
+        mu = self._s1 / (n + 1)
+        var = np.maximum(self._s2 / (n + 1) - mu**2, 0.0) + 1.0 / (n + 1)
+        lam = np.clip(mu / (var + mu**2), -LAMBDA_MAX, LAMBDA_MAX)
+        self.log_wealth += np.log1p(lam * g)
+        np.maximum(self.max_log_wealth, self.log_wealth, out=self.max_log_wealth)
+        self._s1 += g
+        self._s2 += g * g
+        self.data.append(float(d))
+
+    @property
+    def n(self) -> int:
+        return len(self.data)
+
+    def interval(self) -> tuple[float, float]:
+        """Shifts not rejected so far (hull). Before any data: the whole grid."""
+        ok = self.max_log_wealth < self._threshold
+        if not ok.any():  # every shift rejected (data outside the grid): the nearest edge
+            edge = self.grid[-1] if np.mean(self.data) > 0 else self.grid[0]
+            return float(edge), float(edge)
+        idx = np.flatnonzero(ok)
+        return float(self.grid[idx[0]]), float(self.grid[idx[-1]])
+
+    def estimate(self) -> float:
+        return hodges_lehmann(self.data)
+
+
+@dataclass(frozen=True)
+class SeqDecision:
+    kind: str  # regression | improvement | unchanged | open (inconclusive when the budget is spent)
+    estimate: float  # Hodges-Lehmann, log scale
+    low: float
+    high: float
+    n: int
+    note: str = ""
+
+
+def decide(cs: ConfidenceSequence, tau: float, eps: float, min_pairs: int = 2) -> SeqDecision:
+    """``tau``: regression threshold, ``eps``: equivalence margin, both log-scale (log1p of the relative value)."""
+    lo, hi = cs.interval()
+    est = cs.estimate() if cs.n else math.nan
+    base = dict(estimate=est, low=lo, high=hi, n=cs.n)
+    if cs.n < min_pairs:
+        return SeqDecision("open", **base)  # type: ignore[arg-type]
+    if lo > 0 and est > tau:
+        return SeqDecision("regression", **base)  # type: ignore[arg-type]
+    if hi < 0 and est < -tau:
+        return SeqDecision("improvement", **base)  # type: ignore[arg-type]
+    if -eps < lo and hi < eps:
+        note = ""
+        if lo > 0:
+            note = "significantly slower, but by less than the threshold"
+        elif hi < 0:
+            note = "significantly faster, but by less than the threshold"
+        return SeqDecision("unchanged", note=note, **base)  # type: ignore[arg-type]
+    return SeqDecision("open", **base)  # type: ignore[arg-type]
+
+
+def mde_reached(cs: ConfidenceSequence, power: float = 0.8) -> float:
+    """Smallest true slowdown (log scale) this many pairs detect with probability ``power``: the estimate must
+    clear the interval's half-width (approximately, for an estimate with sd ~ robust sd / sqrt(n))."""
+    from scipy.stats import norm
+
+    if cs.n < 3:
+        return math.inf
+    lo, hi = cs.interval()
+    half = (hi - lo) / 2
+    return half + float(norm.ppf(power)) * robust_sd(cs.data) / math.sqrt(cs.n)
+
+
+def pairs_to_settle(cs: ConfidenceSequence, tau: float, eps: float, cap: int = 100_000) -> int | None:
+    """Projected total pairs after which the interval would be narrow enough to decide, if the estimate and the
+    spread stayed as observed: half-widths of betting sequences shrink about like sqrt(log n / n)."""
+    if cs.n < 3:
+        return None
+    lo, hi = cs.interval()
+    half = (hi - lo) / 2
+    est = cs.estimate()
+    # narrowest half-width that would decide: clear 0 (regression/improvement beyond tau) or fit inside +-eps
+    need = max(abs(est), 0.0) if abs(est) > tau else eps - abs(est)
+    if need <= 0 or half <= 0:
+        return None
+    n0 = cs.n
+
+    def hw(n: float) -> float:
+        return half * math.sqrt((n0 / n) * (math.log(n + math.e) / math.log(n0 + math.e)))
+
+    n = n0
+    while hw(n) >= need:
+        n = math.ceil(n * 1.1) + 1
+        if n > cap:
+            return None
+    return int(n)
+
+
+def pairs_needed(sigma_pair: float, delta: float, alpha: float, tau: float, eps: float, *, power: float = 0.8,
+                 trials: int = 40, cap: int = 2000, seed: int = 0) -> int | None:
+    """Pairs an A/B needs to decide with probability ``power`` when the per-pair log-ratio has sd ``sigma_pair``
+    and the true shift is ``delta`` (all log scale): simulated with this module's own procedure on normal noise.
+    ``None`` if more than ``cap``."""
+    if not (sigma_pair > 0 and math.isfinite(sigma_pair)):
+        return None
+    rng = np.random.default_rng(seed)
+    stops = []
+    for _ in range(trials):
+        cs = ConfidenceSequence(alpha)
+        n_stop = cap + 1
+        for i in range(cap):
+            cs.update(float(delta + rng.normal(0, sigma_pair)))
+            if decide(cs, tau, eps).kind != "open":
+                n_stop = i + 1
+                break
+        stops.append(n_stop)
+    n = int(np.quantile(stops, power, method="higher"))
+    return None if n > cap else n

@@ -1,0 +1,102 @@
+"""Extraction: the numbers the gate compares, read from pytest-benchmark entries written by perfsuite.
+
+The unit is a worker process. A run's value of a latency metric is the trimmed geometric mean of its processes'
+values (each process: the statistic over its own generations), so one process that was slow for its whole life
+moves a 10-process run by a tenth, and the trimmed mean drops the slowest and fastest process when there are
+at least 5. Files written before process replication have one implicit process (the run).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from perfsuite.gate import stats
+from perfsuite.gate.policy import _LAT, _STATS
+
+# Fields of extra_info["measured_by"] that must agree before two runs are compared.
+COMPARABLE = ("profile", "generations", "warmup_generations", "worker_processes", "options_hash")
+
+
+def short_name(fullname: str) -> str:
+    return fullname.split("::")[-1]
+
+
+def cell_id(bench: Mapping[str, Any]) -> str:
+    cell = (bench.get("extra_info") or {}).get("cell") or {}
+    return str(cell.get("id") or "")
+
+
+def process_values(bench: Mapping[str, Any], metric: str) -> list[float] | None:
+    """One value per worker process for a latency aggregate (``median_tpot_ms`` ...); None for other metrics or
+    when absent. Old files (no ``processes``) count as one process with the run's samples."""
+    lat = _LAT.match(metric)
+    if not lat:
+        return None
+    info = bench.get("extra_info") or {}
+    procs = info.get("processes")
+    groups = [p.get("samples") or {} for p in procs] if isinstance(procs, list) and procs else \
+        [info.get("samples") or {}]
+    out = []
+    for g in groups:
+        units = g.get(f"{lat.group(2)}_ms")
+        if not isinstance(units, list) or not units:
+            return None
+        try:
+            v = stats.statistic([float(u) for u in units], lat.group(1))
+        except (TypeError, ValueError):
+            return None
+        if not (math.isfinite(v) and v > 0):
+            return None
+        out.append(v)
+    return out
+
+
+def trimmed_log_mean(values: Sequence[float]) -> float:
+    x = np.sort(np.log(np.asarray(values, dtype=float)))
+    k = 1 if x.size >= 5 else 0
+    return float(x[k:x.size - k].mean())
+
+
+def run_value(bench: Mapping[str, Any], metric: str) -> float | None:
+    """One run's value of ``metric`` for one benchmark entry (``{"extra_info": ..., "stats": ...}``)."""
+    pv = process_values(bench, metric)
+    if pv is not None:
+        return math.exp(trimmed_log_mean(pv))
+    info = bench.get("extra_info") or {}
+    m = _STATS.match(metric)
+    if m:
+        v = (bench.get("stats") or {}).get(m.group(1))
+        return float(v) if isinstance(v, (int, float)) else None
+    if _LAT.match(metric):
+        return None
+    v = info.get(metric)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def within_run_var(bench: Mapping[str, Any], metric: str) -> float | None:
+    """Variance of the run value's log from its own processes (sd of log process values squared / count)."""
+    pv = process_values(bench, metric)
+    if pv is None or len(pv) < 3:
+        return None
+    return float(np.var(np.log(pv), ddof=1) / len(pv))
+
+
+def measured_by(bench: Mapping[str, Any]) -> dict[str, Any]:
+    return dict((bench.get("extra_info") or {}).get("measured_by") or {})
+
+
+def mismatch(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    """How the two were measured differently (``["generations 20 vs 5", ...]``); empty when comparable."""
+    cur, base = measured_by(current), measured_by(baseline)
+    if not base and cur:
+        return ["baseline recorded before process replication (no measured_by)"]
+    out = []
+    for k in COMPARABLE:
+        if k in cur or k in base:
+            if cur.get(k) != base.get(k):
+                out.append(f"{k} {cur.get(k)} vs {base.get(k)}")
+    return out

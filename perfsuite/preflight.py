@@ -1,0 +1,356 @@
+"""Pre-flight checks for recording baselines (``--perf-update-baselines``), run before anything is measured.
+
+A baseline recorded on a contended machine is wrong for as long as it is kept (two recording runs at once both
+stored TTFT 100x the normal one), so the plugin checks three things first, each a pure building block here:
+
+* :func:`check_writable`: ``baselines/<class>/`` (or the nearest folder that exists above it) takes a new file,
+  tried for real with a temporary file, so a read-only checkout fails before the matrix runs, not after.
+* :class:`SuiteLock`: one ``flock`` per user and machine. A recording run takes it exclusively; an ordinary perf
+  run takes it shared. Each holder leaves its pid and command line beside the lock, so a refusal names the other
+  run. The kernel drops a lock when its holder dies: a crashed run never blocks the next one.
+* :func:`sample_load`: CPU time spent in ~0.5 s by processes outside this process tree (``/proc/stat`` minus our
+  own tree's ``/proc/<pid>/stat``), with the busiest other processes named, and ``/proc/loadavg``.
+
+Linux only (``/proc``, ``fcntl``); elsewhere :func:`sample_load` reports itself unavailable and the lock is a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class PreflightError(Exception):
+    """A pre-flight check refused the run; the message says what was found and the fix."""
+
+
+# ----------------------------------------------------------------------------------------------- writable folder
+def check_writable(directory: Path) -> Path:
+    """Raise :class:`PreflightError` unless a new file can be created in ``directory`` (or, if it does not exist
+    yet, in the nearest existing folder above it, where it would be created). Returns the folder tried."""
+    directory = Path(directory)
+    probe = directory
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise PreflightError(f"{probe} is a file, not a folder: cannot store baselines in {directory}; move it away")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".perfsuite-writable-", dir=probe)
+    except OSError as exc:
+        hint = ("make it writable (chmod u+w, or a checkout you own)" if exc.errno in (errno.EACCES, errno.EPERM)
+                else "mounted read-only: record on a writable checkout" if exc.errno == errno.EROFS
+                else "free space or fix the file system" if exc.errno == errno.ENOSPC else "fix the folder")
+        raise PreflightError(f"cannot record baselines: {probe} is not writable ({exc.strerror}); {hint}, "
+                             "then run again (nothing was measured)") from None
+    os.close(fd)
+    os.unlink(tmp)
+    return probe
+
+
+# ----------------------------------------------------------------------------------------------------- suite lock
+def default_lock_dir() -> Path:
+    """Per user and machine: $XDG_RUNTIME_DIR/perfsuite, else <tmp>/perfsuite-<uid>."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return Path(runtime) / "perfsuite"
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"perfsuite-{uid}"
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    mode: str  # "exclusive" (recording) | "shared"
+    command: str
+    since: float
+
+    def describe(self) -> str:
+        what = "a recording run (--perf-update-baselines)" if self.mode == "exclusive" else "a perfsuite run"
+        age = max(0, int(time.time() - self.since))
+        return f"{what}, pid {self.pid}, running {age} s: {self.command}"
+
+
+class LockBusy(PreflightError):
+    def __init__(self, message: str, holders: list[Holder]) -> None:
+        super().__init__(message)
+        self.holders = holders
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SuiteLock:
+    """``with SuiteLock(exclusive=True): ...`` or ``acquire()`` / ``release()``; raises :class:`LockBusy`.
+
+    Non-blocking: a run that cannot take the lock is refused at once with the holders named. The lock file is
+    opened close-on-exec, so a spawned interpreter does not inherit it; a *forked* worker does share it (flock
+    belongs to the open file description), which keeps the lock for as long as any of the run's processes lives.
+    """
+
+    def __init__(self, exclusive: bool, directory: Path | None = None, command: str | None = None) -> None:
+        self.exclusive = exclusive
+        self.directory = Path(directory) if directory else default_lock_dir()
+        self.command = command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300]
+        self._fd: int | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.directory / "suite.lock"
+
+    def _holder_file(self, pid: int) -> Path:
+        return self.directory / f"holder-{pid}.json"
+
+    def holders(self) -> list[Holder]:
+        """Runs that hold (or held, if still alive) the lock; files of dead processes are removed."""
+        out = []
+        for f in sorted(self.directory.glob("holder-*.json")):
+            try:
+                d = json.loads(f.read_text())
+                h = Holder(int(d["pid"]), str(d["mode"]), str(d["command"]), float(d["since"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if h.pid != os.getpid() and not _alive(h.pid):
+                with contextlib.suppress(OSError):
+                    f.unlink()
+                continue
+            if h.pid != os.getpid():
+                out.append(h)
+        return out
+
+    def acquire(self) -> SuiteLock:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return self
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise PreflightError(f"cannot create the suite lock {self.path} ({exc.strerror}); set XDG_RUNTIME_DIR "
+                                 "or TMPDIR to a writable folder") from None
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise self._busy() from None
+        self._fd = fd
+        info = {"pid": os.getpid(), "mode": "exclusive" if self.exclusive else "shared", "command": self.command,
+                "since": time.time()}
+        tmp = self._holder_file(os.getpid()).with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, self._holder_file(os.getpid()))
+        return self
+
+    def _busy(self) -> LockBusy:
+        holders = self.holders()
+        names = "; ".join(h.describe() for h in holders) or "another perfsuite run (it left no pid file)"
+        if self.exclusive:
+            msg = (f"another perfsuite run is using this machine ({names}); a baseline recorded beside it would "
+                   "be slowed by it. Wait for it to finish, then record again")
+        else:
+            msg = (f"a baseline is being recorded on this machine ({names}); this run would disturb it and be "
+                   "disturbed by it. Wait for it to finish")
+        return LockBusy(f"{msg} (lock {self.path})", holders)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self._holder_file(os.getpid()).unlink()
+        os.close(self._fd)  # closing the last descriptor of the open file drops the flock
+        self._fd = None
+
+    def __enter__(self) -> SuiteLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# ------------------------------------------------------------------------------------------------------ load check
+@dataclass(frozen=True)
+class OtherProcess:
+    pid: int
+    name: str
+    cores: float  # CPU time in the interval / interval
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    """CPU use over ``interval_s``, in cores (1.0 = one core busy for the whole interval)."""
+
+    available: bool
+    interval_s: float = 0.0
+    cpus: int = 0
+    busy_cores: float = 0.0  # all CPU time but idle and iowait (/proc/stat), steal included
+    own_cores: float = 0.0  # this process tree (the root pid and its descendants)
+    other_cores: float = 0.0  # busy_cores - own_cores: what other processes and the kernel used
+    steal_cores: float = 0.0  # taken by the hypervisor from this VM
+    loadavg_1m: float = 0.0
+    running: int = 0  # runnable tasks now (/proc/loadavg field 4), this process included
+    top: tuple[OtherProcess, ...] = ()
+    reason: str = ""  # why not available
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "top"}
+        d["top"] = [o.__dict__ for o in self.top]
+        return d
+
+    def describe(self) -> str:
+        if not self.available:
+            return f"load check unavailable: {self.reason}"
+        top = ", ".join(f"pid {o.pid} {o.name} {o.cores:.2f}" for o in self.top) or "no single process stands out"
+        return (f"{self.other_cores:.2f} of {self.cpus} cores busy outside this run over {self.interval_s:.2f} s "
+                f"(steal {self.steal_cores:.2f}; load average {self.loadavg_1m:.2f}; busiest others: {top})")
+
+
+ON_BUSY = ("refuse", "mark")
+
+
+@dataclass(frozen=True)
+class LoadPolicy:
+    """``[tool.perfsuite.preflight]``: thresholds, in cores, above which a machine is busy, and what a recording
+    run does then (``refuse``: record nothing; ``mark``: record, with the load sample in the run's machine_info)."""
+
+    max_other_cores: float = 0.25
+    max_steal_cores: float = 0.25
+    interval_s: float = 0.5
+    on_busy: str = "refuse"
+
+
+@dataclass(frozen=True)
+class LoadVerdict:
+    ok: bool
+    sample: LoadSample
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    def message(self) -> str:
+        if self.ok:
+            return f"machine quiet: {self.sample.describe()}"
+        return ("machine busy: " + "; ".join(self.problems) + f". {self.sample.describe()}. Stop the other work "
+                "(or record on a dedicated runner), then record again")
+
+
+def _clk_tck() -> int:
+    try:
+        return int(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 100
+
+
+def _read_cpu_line() -> tuple[int, int]:
+    """(busy, steal) jiffies summed over all CPUs; busy is everything but idle and iowait."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    # guest / guest_nice are already counted in user / nice
+    return user + nice + system + irq + softirq + steal, steal
+
+
+def _procs() -> dict[int, tuple[int, str, int]]:
+    """pid -> (ppid, name, utime + stime in jiffies) for every readable process."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                raw = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        name = raw[raw.find("(") + 1:raw.rfind(")")]
+        rest = raw[raw.rfind(")") + 2:].split()
+        try:  # fields after the name: state(3) ppid(4) ... utime(14) stime(15), 1-based in proc(5)
+            out[int(entry.name)] = (int(rest[1]), name, int(rest[11]) + int(rest[12]))
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def _tree(procs: dict[int, tuple[int, str, int]], root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo += children.get(pid, [])
+    return tree
+
+
+def sample_load(interval_s: float = 0.5, root: int | None = None, top_n: int = 3) -> LoadSample:
+    """Sample CPU use for ``interval_s``; ``root`` (default: this process) and its descendants are "own"."""
+    if not os.path.exists("/proc/stat"):
+        return LoadSample(False, reason="no /proc/stat (not Linux)")
+    root = os.getpid() if root is None else root
+    tck = _clk_tck()
+    p0 = _procs()
+    busy0, steal0 = _read_cpu_line()
+    t0 = time.monotonic()
+    time.sleep(interval_s)
+    busy1, steal1 = _read_cpu_line()
+    t1 = time.monotonic()
+    p1 = _procs()
+    dt = max(t1 - t0, 1e-6)
+    own = _tree(p0, root) | _tree(p1, root)
+    deltas = {pid: (p1[pid][2] - p0[pid][2]) for pid in p1 if pid in p0}
+    own_j = sum(d for pid, d in deltas.items() if pid in own)
+    # Processes that ended in the interval are invisible here; /proc/stat still counts their time as "other".
+    cpus = os.cpu_count() or 1
+    busy_cores = (busy1 - busy0) / tck / dt
+    own_cores = own_j / tck / dt
+    others = sorted(((pid, d) for pid, d in deltas.items() if pid not in own and d > 0), key=lambda x: -x[1])
+    top = tuple(OtherProcess(pid, p1[pid][1], round(d / tck / dt, 3)) for pid, d in others[:top_n])
+    try:
+        with open("/proc/loadavg") as fh:
+            la = fh.read().split()
+        load1, running = float(la[0]), int(la[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        load1, running = 0.0, 0
+    return LoadSample(True, round(dt, 3), cpus, round(busy_cores, 3), round(own_cores, 3),
+                      round(max(0.0, busy_cores - own_cores), 3), round((steal1 - steal0) / tck / dt, 3),
+                      load1, running, top)
+
+
+def check_load(policy: LoadPolicy | None = None, root: int | None = None) -> LoadVerdict:
+    """Sample and judge: ``ok`` False when other processes or the hypervisor took more than the policy allows."""
+    policy = policy or LoadPolicy()
+    s = sample_load(policy.interval_s, root)
+    if not s.available:
+        return LoadVerdict(True, s)
+    problems = []
+    if s.other_cores > policy.max_other_cores:
+        problems.append(f"{s.other_cores:.2f} cores used outside this run (allowed {policy.max_other_cores:.2f})")
+    if s.steal_cores > policy.max_steal_cores:
+        problems.append(f"{s.steal_cores:.2f} cores stolen by the hypervisor (allowed {policy.max_steal_cores:.2f})")
+    return LoadVerdict(not problems, s, tuple(problems))
+
+
+@contextlib.contextmanager
+def recording_preflight(baseline_dir: Path, policy: LoadPolicy | None = None,
+                        lock_dir: Path | None = None) -> Iterator[LoadVerdict]:
+    """All three checks in the order a recording run needs them: writable, lock (held for the ``with`` block),
+    load. Raises :class:`PreflightError`; yields the load verdict (the caller refuses or marks on ``ok``)."""
+    check_writable(baseline_dir)
+    with SuiteLock(exclusive=True, directory=lock_dir):
+        yield check_load(policy)

