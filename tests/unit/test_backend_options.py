@@ -41,9 +41,9 @@ def test_every_backend_has_a_schema():
 
 @pytest.mark.parametrize(("backends", "files"), [
     (("torch", "torch-compile"), ("torch_backend.py",)),
-    (("vllm",), ("vllm_backend.py", "vllm_engine_args.py")),
+    (("vllm",), ("vllm_backend.py", "vllm_engine_args.py", "vllm_common.py")),
     (tuple(b for b in BACKENDS if b.startswith("onnxruntime-")),
-     ("onnxruntime/providers.py", "onnxruntime/backend.py")),
+     ("onnxruntime/providers.py", "onnxruntime/backend.py", "onnxruntime/runners.py")),
 ])
 def test_schema_lists_exactly_the_keys_the_backends_read(backends, files):
     """Adding `cell.option("new_key")` to a backend without a schema entry (or the reverse) fails here."""
@@ -86,10 +86,24 @@ def test_bad_values_say_what_is_allowed(backend, key, value, problem):
 
 
 def test_good_values_pass():
-    assert bo.validate("onnxruntime-migraphx", {"fp16": True, "int8": False, "mem_limit": 2**30,
+    assert bo.validate("onnxruntime-migraphx", {"fp16": True, "int8": False, "decoder": "static",
+                                                "int8_calibration_table": "/t/calibration.flatbuffers",
                                                 "model_cache_dir": "/tmp/x", "strict": True}) != {}
+    assert bo.validate("vllm", {"awq_group_size": 64})
     assert bo.validate("vllm", {"kv_cache_space_gib": 1, "gpu_memory_utilization": 0.9, "engine_core": "process"})
     assert bo.validate("onnxruntime-cpu", {"graph_optimization_level": "Extended", "provider_options": {"a": 1}})
+
+
+@pytest.mark.parametrize(("backend", "options", "problem"), [
+    # Issue 11: no ORT version's Python API accepts a MIGraphX mem_limit (providers.MIGRAPHX_PYTHON_KEYS)
+    ("onnxruntime-migraphx", {"mem_limit": 2**30}, "unknown option for onnxruntime-migraphx"),
+    ("onnxruntime-migraphx", {"int8": True}, "must be one of false"),
+    ("onnxruntime-cpu", {"decoder": "fixed"}, 'must be one of "dynamic", "static"'),
+    ("vllm", {"awq_group_size": 48}, "must be one of 32, 64, 128"),
+])
+def test_issue11_option_values(backend, options, problem):
+    with pytest.raises(bo.OptionError, match=re.escape(problem)):
+        bo.validate(backend, options)
 
 
 def test_repo_backend_options_validate():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 
-from perfsuite import models  # noqa: E402
+from perfsuite import greedy, models  # noqa: E402
 from perfsuite.backends import create  # noqa: E402
 from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
 from perfsuite.backends.onnxruntime.backend import OrtBackend  # noqa: E402
@@ -30,15 +29,7 @@ SC = Scenario("smoke", 2, 16, 6)
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("perfsuite-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PERFSUITE_CACHE_DIR", str(root))
-        yield root
-
-
-@pytest.fixture(scope="module")
-def exported(cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
+def exported(perfsuite_cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
     out = {}
     for name in TINY:
         path = models.resolve(name).path
@@ -47,13 +38,7 @@ def exported(cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
 
 
 def _generate(backend: Any, prompts: list[list[int]], n: int) -> list[list[int]]:
-    r = backend.prefill(prompts)
-    toks = [r.tokens]
-    for _ in range(n - 1):
-        r = backend.decode(r.state)
-        toks.append(r.tokens)
-    backend.release(r.state)
-    return toks
+    return greedy.generate(backend, prompts, n)
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -147,8 +132,8 @@ def test_int8_dynamic(exported: dict) -> None:
     info = b.info()
     assert info["int8_top1_agreement"] >= MIN_INT8_AGREEMENT
     assert info["onnx_model"].endswith(ex.MODEL_FILE) and "int8dyn" in info["onnx_model"]
-    tokens = _generate(b, [[5] * 8], 3)
-    assert len(tokens) == 3 and all(len(t) == 1 and 0 <= t[0] < 2048 for t in tokens)
+    tokens = _generate(b, [[5] * 8], 3)  # one sequence of three tokens
+    assert len(tokens) == 1 and len(tokens[0]) == 3 and all(0 <= t < 2048 for t in tokens[0])
     b.close()
     again = OrtBackend(cell)
     again.load()
@@ -178,7 +163,7 @@ def test_compare_ignores_near_ties() -> None:
     assert wrong == 1
 
 
-def test_float16_export_parity(cache: Path) -> None:
+def test_float16_export_parity(perfsuite_cache: Path) -> None:
     path = models.resolve("tiny-llama").path
     res = ex.export(ex.ExportSpec(path, ex.model_digest(path), dtype="float16"))
     assert res.meta["verification"]["ok"] and res.meta["dtype"] == "float16"
@@ -249,3 +234,101 @@ def test_unsupported_dtype_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ex.ExportError, match="bfloat16"):
         ex.export(ex.ExportSpec(tmp_path, "x", dtype="bfloat16"), cache_dir=tmp_path)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------ cache identity
+
+def _forge(victim: Path, donor: Path) -> None:
+    """Put ``donor``'s graph into ``victim``'s entry with a manifest that agrees with the file: sizes, sha256, the
+    victim's digest and key (a copied or hand-edited cache, which every integrity check passes)."""
+    shutil.copy(donor / ex.MODEL_FILE, victim / ex.MODEL_FILE)
+    meta = json.loads((victim / ex.MARKER).read_text())
+    meta["files"] = {ex.MODEL_FILE: ex.file_record(victim / ex.MODEL_FILE)}
+    (victim / ex.MARKER).write_text(json.dumps(meta))
+
+
+def test_forged_entry_of_another_model_is_rebuilt(tmp_path: Path) -> None:
+    """Issue 9. Before: ORT's `INVALID_ARGUMENT : Got invalid dimensions for input: past_key_values.3.key ... index: 1
+    Got: 4 Expected: 8` at the first prefill, and nothing said the cache was at fault. Now the entry is compared with
+    the model and rebuilt, and info() says why."""
+    llama, opt = models.resolve("tiny-llama", tmp_path).path, models.resolve("tiny-opt", tmp_path).path
+    first = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
+    donor = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
+    _forge(first.path.parent, donor.path.parent)
+    assert ex.entry_problem(first.path.parent) is None  # every integrity check passes
+    assert "kv_heads 8 (model 4)" in (ex.model_mismatch(first.path.parent, llama, "float32") or "")
+    b = OrtBackend(Cell("onnxruntime-cpu", "tiny-llama", "float32", SC, model_dir=llama,
+                        options=(("verify", False),)))
+    b.load()
+    info = b.info()
+    assert not info["export_cache_hit"]
+    assert "was not an export of" in info["export_cache_rebuilt"] and "kv_heads 8 (model 4)" in info["export_cache_rebuilt"]
+    ref = TorchBackend(Cell("torch", "tiny-llama", "float32", SC, model_dir=llama))
+    ref.load()
+    prompts = models.prompts(SC.batch_size, SC.prompt_tokens, 2048)
+    assert _generate(b, prompts, 3) == _generate(ref, prompts, 3)
+    b.close()
+    ref.close()
+    assert ex.model_mismatch(first.path.parent, llama, "float32") is None
+
+
+def test_same_shape_other_weights_is_detected(tmp_path: Path) -> None:
+    """Same architecture, other seed: geometry agrees, the embedding initializer does not."""
+    import dataclasses
+
+    base = models.PRESETS["tiny-llama"]
+    other = dataclasses.replace(base, name="tiny-llama-seed1", seed=1)
+    target = tmp_path / "models" / f"{other.name}-{other.digest}"
+    models._materialize(other, target)
+    llama = models.resolve("tiny-llama", tmp_path).path
+    mine = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
+    theirs = ex.export(ex.ExportSpec(target, ex.model_digest(target)), cache_dir=tmp_path, verify=False)
+    _forge(mine.path.parent, theirs.path.parent)
+    why = ex.model_mismatch(mine.path.parent, llama, "float32")
+    assert why is not None and "model.embed_tokens.weight" in why
+    again = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
+    assert not again.cache_hit and "another model's weights" in again.meta["rebuilt_because"]
+
+
+def test_unreplaceable_forged_entry_says_how_to_clear_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    llama, opt = models.resolve("tiny-llama", tmp_path).path, models.resolve("tiny-opt", tmp_path).path
+    first = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
+    donor = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
+    _forge(first.path.parent, donor.path.parent)
+    monkeypatch.setattr(ex.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(30, "Read-only file system")))
+    with pytest.raises(ex.ExportError, match=r"was not an export of .*kv_heads 8 \(model 4\); cannot replace .* remove "
+                                             r"that directory by hand \(rm -r\)"):
+        ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
+
+
+def test_int8_entry_follows_its_float_entry(tmp_path: Path) -> None:
+    """A quantized entry made from another float graph (its float entry was rebuilt) is quantized again."""
+    from perfsuite.backends.onnxruntime.quantize import quantize
+
+    opt = models.resolve("tiny-opt", tmp_path).path
+    f = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
+    q1 = quantize(f)
+    assert q1.meta["float_sha256"] == f.meta["files"][ex.MODEL_FILE]["sha256"]
+    assert quantize(f).cache_hit
+    forged = dict(f.meta, files={ex.MODEL_FILE: {"size": 1, "sha256": "0" * 64}})
+    assert not quantize(ex.ExportResult(f.path, forged, True, 0.0)).cache_hit
+
+
+def test_export_cache_follows_the_models_cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9: `[tool.perfsuite] cache_dir` decides where the plugin materialises models (models.resolve(name,
+    cache_dir)); the ONNX export used to go to PERFSUITE_CACHE_DIR / ~/.cache/perfsuite regardless. Now it goes to the
+    cache the model came from, or to the backend's explicit cache_dir."""
+    configured, env = tmp_path / "configured", tmp_path / "env"
+    monkeypatch.setenv("PERFSUITE_CACHE_DIR", str(env))
+    model = models.resolve("tiny-opt", configured).path  # what the plugin does with [tool.perfsuite] cache_dir
+    b = OrtBackend(Cell("onnxruntime-cpu", "tiny-opt", "float32", SC, model_dir=model, options=(("verify", False),)))
+    b.load()
+    b.close()
+    assert Path(b.info()["onnx_model"]).is_relative_to(configured / "onnx")
+    assert not (env / "onnx").exists()
+    explicit = tmp_path / "explicit"
+    c = OrtBackend(Cell("onnxruntime-cpu", "tiny-opt", "float32", SC, model_dir=model, options=(("verify", False),)))
+    c.cache_dir = explicit
+    c.load()
+    c.close()
+    assert Path(c.info()["onnx_model"]).is_relative_to(explicit / "onnx")

@@ -65,22 +65,110 @@ def test_device_providers_strict_by_default(backend: str, ep: str) -> None:
     assert loose.provider_options[0]["device_id"] == "1"
 
 
-def test_migraphx_option_names_current_ort() -> None:
-    cfg = pv.build_session_config("onnxruntime-migraphx", "float16",
-                                  {"exhaustive_tune": True, "mem_limit": 1 << 30, "model_cache_dir": "/c"}, "1.22.1")
+MIGX_KEYS = json.loads((DATA / "ort_migraphx_python_provider_keys.json").read_text())
+
+
+def _captured(tag: str) -> set[str]:
+    return set(MIGX_KEYS["versions"][tag]["keys"])
+
+
+def test_migraphx_key_table_matches_the_captured_source() -> None:
+    """Our per-version table equals the keys read from ORT's Python binding at each tag (the captured file names
+    the file and commit); the 1.23 row is AMD's integration branch."""
+    for tag, row in MIGX_KEYS["versions"].items():
+        if not tag.startswith("v"):
+            continue
+        where, keys = pv.migraphx_python_keys(row["VERSION_NUMBER"])
+        assert set(keys) == set(row["keys"]), (tag, where)
+    assert set(pv.migraphx_python_keys("1.23.0")[1]) == _captured("wml-main (2025-07-26, VERSION_NUMBER 1.23.0)")
+    assert pv.migraphx_python_keys("1.32.0") == pv.migraphx_python_keys("1.23.0")
+    assert pv.migraphx_python_keys("1.16.3") == pv.migraphx_python_keys("1.17.0")  # oldest captured list
+
+
+@pytest.mark.parametrize("tag", ["v1.17.0", "v1.19.2", "v1.20.0", "v1.22.1",
+                                 "wml-main (2025-07-26, VERSION_NUMBER 1.23.0)"])
+def test_migraphx_options_use_only_keys_that_version_accepts(tag: str) -> None:
+    """Before: ORT < 1.20 got trt_fp16_enable / migx_int8_enable (the C++ parser's names, which the Python binding
+    rejects with "Invalid MIGraphX EP option" and falls back to the CPU), and >= 1.20 got migraphx_mem_limit /
+    migraphx_model_cache_dir, which no binding up to 1.22 accepts."""
+    version = MIGX_KEYS["versions"][tag]["VERSION_NUMBER"]
+    accepted = _captured(tag)
+    for dtype, quant in (("float16", "none"), ("float32", "none"), ("float16", "int8-static")):
+        cfg = pv.build_session_config("onnxruntime-migraphx", dtype, {"int8_native_calibration_table": True}, version,
+                                      quant, "/t/calibration.flatbuffers")
+        po = cfg.provider_options[0]
+        assert set(po) <= accepted, (tag, set(po) - accepted)
+        assert po["migraphx_fp16_enable"] == ("1" if dtype == "float16" else "0")  # the dtypes axis
+        assert po["migraphx_int8_enable"] == ("1" if quant == "int8-static" else "0")  # the quantizations axis
+        if quant == "int8-static":
+            assert po["migraphx_int8_calibration_table_name"] == "/t/calibration.flatbuffers"
+            native = ("migraphx_int8_use_native_calibration_table" if "migraphx_int8_use_native_calibration_table"
+                      in accepted else "migraphx_use_native_calibration_table")
+            assert po[native] == "1"
+
+
+def test_migraphx_names_across_the_1_23_rename() -> None:
+    old = pv.migraphx_option_names("1.22.1")
+    new = pv.migraphx_option_names("1.23.0")
+    assert old["int8_native_calibration_table"] == "migraphx_use_native_calibration_table"
+    assert new["int8_native_calibration_table"] == "migraphx_int8_use_native_calibration_table"
+    assert "model_cache_dir" not in old and new["model_cache_dir"] == "migraphx_model_cache_dir"
+    assert "exhaustive_tune" not in pv.migraphx_option_names("1.19.2")
+    cfg = pv.build_session_config("onnxruntime-migraphx", "float16", {"exhaustive_tune": True, "model_cache_dir": "/c"},
+                                  "1.23.0")
     assert cfg.provider_options[0] == {"device_id": "0", "migraphx_fp16_enable": "1", "migraphx_int8_enable": "0",
-                                       "migraphx_exhaustive_tune": "1", "migraphx_mem_limit": str(1 << 30),
-                                       "migraphx_model_cache_dir": "/c"}
-    fp32 = pv.build_session_config("onnxruntime-migraphx", "float32", {"int8": True}, "1.22.1")
-    assert fp32.provider_options[0]["migraphx_fp16_enable"] == "0"
-    assert fp32.provider_options[0]["migraphx_int8_enable"] == "1"
+                                       "migraphx_exhaustive_tune": "1", "migraphx_model_cache_dir": "/c"}
 
 
-def test_migraphx_option_names_old_ort() -> None:
-    po = pv.build_session_config("onnxruntime-migraphx", "float16", {}, "1.17.0").provider_options[0]
-    assert po == {"device_id": "0", "trt_fp16_enable": "1", "migx_int8_enable": "0", "migx_exhaustive_tune": "0"}
-    with pytest.raises(pv.ProviderConfigError, match=r"needs onnxruntime >= 1\.20"):
-        pv.build_session_config("onnxruntime-migraphx", "float16", {"model_cache_dir": "/c"}, "1.17.0")
+@pytest.mark.parametrize("opts,version,match", [
+    ({"model_cache_dir": "/c"}, "1.22.1", r"1\.22\.1's Python API has no such key"),
+    ({"exhaustive_tune": True}, "1.18.0", "no such key"),
+    ({"mem_limit": 1 << 30}, "1.23.0", "no onnxruntime version's Python API accepts a MIGraphX mem_limit"),
+    ({"arena_extend_strategy": "kSameAsRequested"}, "1.22.1", "arena_extend_strategy"),
+    ({"provider_options": {"trt_fp16_enable": 1}}, "1.20.0", r"trt_fp16_enable are not accepted by onnxruntime 1\.20\.0"),
+    ({"int8": True}, "1.22.1", r"quantizations = \[\"int8-static\"\]"),
+    ({"fp16": True}, "1.22.1", "contradicts the cell's dtype float32"),
+])
+def test_migraphx_option_errors(opts: dict, version: str, match: str) -> None:
+    with pytest.raises(pv.ProviderConfigError, match=match):
+        pv.build_session_config("onnxruntime-migraphx", "float32", opts, version)
+
+
+def test_int8_static_needs_a_table_and_migraphx() -> None:
+    with pytest.raises(pv.ProviderConfigError, match="needs a calibration table"):
+        pv.build_session_config("onnxruntime-migraphx", "float16", {}, "1.22.1", "int8-static")
+    with pytest.raises(pv.ProviderConfigError, match="MIGraphX's calibrated int8"):
+        pv.build_session_config("onnxruntime-cpu", "float32", {}, "1.32.0", "int8-static", "/t")
+
+
+@pytest.mark.parametrize("backend,opts,layout", [
+    ("onnxruntime-cpu", {}, "dynamic"),
+    ("onnxruntime-migraphx", {}, "static"),  # compiles per shape
+    ("onnxruntime-cuda", {"enable_graph": True}, "static"),  # graph capture replays fixed shapes
+    ("onnxruntime-rocm", {}, "dynamic"),
+    ("onnxruntime-migraphx", {"decoder": "dynamic"}, "dynamic"),  # explicit choice wins
+    ("onnxruntime-cpu", {"decoder": "static"}, "static"),
+])
+def test_decoder_layout_per_provider(backend: str, opts: dict, layout: str) -> None:
+    got, why = pv.decoder_layout(backend, opts)
+    assert got == layout and why
+    if backend == "onnxruntime-migraphx" and not opts:
+        assert "compiles the graph for each new input shape" in why
+
+
+def test_decoder_layout_errors() -> None:
+    with pytest.raises(pv.ProviderConfigError, match="enable_graph=true with decoder=dynamic"):
+        pv.decoder_layout("onnxruntime-cuda", {"enable_graph": True, "decoder": "dynamic"})
+    with pytest.raises(pv.ProviderConfigError, match="dynamic, static"):
+        pv.decoder_layout("onnxruntime-cpu", {"decoder": "fixed"})
+
+
+def test_migraphx_skip_reason_says_which_decoder_and_why() -> None:
+    b = OrtBackend(Cell("onnxruntime-migraphx", "tiny-llama", "float16", SC, device="cuda"))
+    if "MIGraphXExecutionProvider" in ort.get_available_providers():
+        pytest.skip("MIGraphX is installed here")
+    reason = b.availability()
+    assert reason is not None and "would run the static decoder: MIGraphX compiles the graph" in reason
 
 
 def test_migraphx_offload_copy() -> None:
@@ -140,6 +228,7 @@ def test_backend_availability_on_this_install(backend: str) -> None:
     else:
         reason = b.availability()
         assert reason is not None and reason.startswith(f"onnxruntime {ort.__version__} has no {ep} (available: ")
+        assert "the cell would run the " in reason
 
 
 def test_backend_availability_dtype_and_quantization() -> None:

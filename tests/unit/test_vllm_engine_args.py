@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.backends.vllm_engine_args import build_engine_args, engine_env
+from perfsuite.backends.vllm_engine_args import (
+    VLLM_LLM_OPTIONS,
+    VLLM_OPTIONS,
+    VllmOptionError,
+    VllmPlacementError,
+    build_engine_args,
+    check_options,
+    cpu_bind_plan,
+    engine_env,
+    llm_engine_args,
+)
 from perfsuite.cells import Cell, Scenario
 
 
@@ -69,6 +79,55 @@ def test_bad_options(opts, match):
     with pytest.raises(ValueError, match=match):
         build_engine_args(cell(options=opts))
         engine_env(cell(options=opts))
+
+
+@pytest.mark.parametrize("cpus, ranks, plan", [
+    ([0, 1], 2, "0|1"),  # this VM: one core per rank
+    (list(range(8)), 2, "0-3|4-7"),
+    ([0, 1, 2], 2, "0-1|2"),  # the remainder goes to the first rank
+    ([0, 2, 4, 5], 2, "0,2|4-5"),  # a taskset with holes
+    ([3, 1, 0, 2], 1, "0-3"),
+])
+def test_cpu_bind_plan(cpus, ranks, plan):
+    assert cpu_bind_plan(cpus, ranks) == plan
+
+
+def test_cpu_bind_plan_needs_a_core_per_rank():
+    with pytest.raises(VllmPlacementError, match="needs one core per rank; this process may use 1"):
+        cpu_bind_plan([0], 2)
+
+
+def test_tp2_cpu_env_binds_one_share_per_rank():
+    c = cell(tensor_parallel_size=2)
+    assert engine_env(c, allowed_cpus=[0, 1])["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env(cell(), allowed_cpus=[0, 1])  # TP=1: vLLM's own default
+    forced = cell(tensor_parallel_size=2, options=(("omp_threads_bind", "0|0"),))
+    assert engine_env(forced, allowed_cpus=[0, 1])["VLLM_CPU_OMP_THREADS_BIND"] == "0|0"  # the option wins
+    gpu = cell(device="cuda", tensor_parallel_size=2)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env(gpu, allowed_cpus=[0])  # GPU: one GPU per rank, vLLM's
+
+
+def test_unknown_option_is_refused():
+    """Issue 9: a mistyped key (enforce_eagr) used to be ignored silently and the default measured."""
+    with pytest.raises(VllmOptionError, match=r"backend_options.vllm\]: unknown option\(s\) enforce_eagr; known: "):
+        build_engine_args(cell(options=(("enforce_eagr", False),)))
+    with pytest.raises(VllmOptionError, match="unknown option"):
+        engine_env(cell(options=(("kv_cache_gib", 2),)))
+    check_options(cell(options=tuple((k, 1) for k in ("enforce_eager", "kv_cache_space_gib"))))
+
+
+def test_llm_mode_options_and_defaults():
+    c = cell(backend="vllm-llm")
+    a = llm_engine_args(c)
+    # vLLM's defaults: nothing about scheduling, eager mode, batch limits or the engine-core process is set
+    assert set(a) == {"model", "skip_tokenizer_init", "trust_remote_code", "dtype", "seed", "tensor_parallel_size",
+                      "quantization", "enable_prefix_caching"}
+    assert a["enable_prefix_caching"] is False  # as `vllm bench latency` sets it
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_env(c)
+    assert llm_engine_args(cell(backend="vllm-llm", options=(("enforce_eager", True),)))["enforce_eager"] is True
+    with pytest.raises(VllmOptionError, match="engine_core"):  # a step-mode option means nothing there
+        llm_engine_args(cell(backend="vllm-llm", options=(("engine_core", "process"),)))
+    assert "temperature" in VLLM_LLM_OPTIONS and "temperature" not in VLLM_OPTIONS
 
 
 def test_int8_dynamic_rejected():

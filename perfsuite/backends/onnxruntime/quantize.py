@@ -24,7 +24,7 @@ AGREEMENT_CASES: tuple[tuple[int, int, int], ...] = ((2, 16, 8),)  # (batch, pro
 
 
 @contextlib.contextmanager
-def _quiet_root_logger() -> Iterator[None]:
+def quiet_root_logger() -> Iterator[None]:
     """quantize_dynamic logs "Please consider to run pre-processing" on the root logger; not for us."""
     root = logging.getLogger()
     old = root.level
@@ -72,13 +72,17 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
 
     float_entry = float_result.path.parent
     target = quantized_dir(float_entry)
+    float_sha = (float_result.meta.get("files") or {}).get(ex.MODEL_FILE, {}).get("sha256")
     meta = ex.read_entry(target) if target.exists() else None
+    if meta is not None and (meta.get("float_sha256") != float_sha or ex.model_mismatch(
+            target, Path(float_result.meta["model_dir"]), str(meta["dtype"]), weights=False)):
+        meta = None  # quantized from another float graph (the float entry was rebuilt, or this one was copied in)
     if meta is not None and "int8_top1_agreement" in meta:
         return ex.ExportResult(target / ex.MODEL_FILE, meta, True, float(meta.get("quantize_seconds", 0.0)))
     t0 = time.perf_counter()
     tmp = ex.new_tmp(target)
     try:
-        with warnings.catch_warnings(), _quiet_root_logger():
+        with warnings.catch_warnings(), quiet_root_logger():
             warnings.simplefilter("ignore")
             quantize_dynamic(str(float_result.path), str(tmp / ex.MODEL_FILE), weight_type=QuantType.QInt8,
                              per_channel=False, reduce_range=False,
@@ -86,6 +90,7 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
         q_s = time.perf_counter() - t0
         meta = {**{k: v for k, v in float_result.meta.items() if k not in ("files", "verification")},
                 "kind": "int8-dynamic", "quant_version": QUANT_VERSION, "float_entry": float_entry.name,
+                "float_sha256": float_sha,
                 "quantize_seconds": round(q_s, 3)}
         import onnxruntime as ort
 

@@ -1,0 +1,157 @@
+"""vLLM as its users run it: ``vllm.LLM(...).generate(...)`` with vLLM's defaults (backend name ``vllm-llm``).
+
+The step backend (:mod:`perfsuite.backends.vllm_backend`) drives ``LLMEngine.step()`` with async scheduling and
+the engine-core process off, which is what makes its TTFT and inter-token latencies exact, but its figures then
+describe a non-default engine. This backend keeps vLLM's defaults (async scheduling, engine core in its own
+process, torch.compile / CUDA graphs unless ``enforce_eager``, chunked prefill, its batch limits) and times what a
+user's ``LLM.generate`` call costs, the way ``vllm bench latency`` does: one timed call = one generation of the
+batch, ``max_tokens = new_tokens``, ``ignore_eos`` (exactly n tokens, checked). The only departures from ``vllm.LLM()``'s
+defaults are those ``vllm bench latency`` makes or that token-id prompts need (see
+:func:`~perfsuite.backends.vllm_engine_args.llm_engine_args`).
+
+Only whole generations are timed (``timed_metrics = ("e2e",)``): ``generate()`` returns when the batch is done,
+so there is no honest TTFT or per-step time from the host. ``prefill()`` runs the whole generation and hands the
+first tokens out; ``decode()`` hands out the following ones without engine work, so a prefill + (n - 1) decodes
+loop times exactly one ``generate()`` call; :meth:`VllmLlmBackend.metric_unavailable` says why TTFT/TPOT cells
+must be skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite.backends.base import StepResult
+from perfsuite.backends.vllm_common import (
+    EngineBackend,
+    VllmEngineError,
+    model_path_for,
+    platform_reason,
+    shutdown_engine,
+    validate_with_vllm,
+)
+from perfsuite.backends.vllm_engine_args import engine_env, llm_engine_args
+from perfsuite.cells import Cell
+
+TIMED_METRICS = ("e2e",)
+
+
+@dataclass
+class _Done:
+    """One finished generation, handed out token by token."""
+
+    tokens: list[list[int]]
+    given: int  # tokens per sequence handed out so far
+
+
+class VllmLlmBackend(EngineBackend):
+    timed_metrics = TIMED_METRICS
+
+    def __init__(self, cell: Cell) -> None:
+        super().__init__(cell)
+        self.llm: Any = None
+        self._sp: Any = None
+
+    def metric_unavailable(self, metric: str) -> str | None:
+        """Why this backend cannot time ``metric`` (``ttft``/``tpot``/``e2e``), or None."""
+        if metric in self.timed_metrics:
+            return None
+        return (f"{self.name} times whole LLM.generate() calls with vLLM's defaults (async scheduling, engine-core "
+                f"process): no host-side {metric.upper()} exists there; the vllm backend's step loop measures it")
+
+    # ------------------------------------------------------------------ lifecycle
+    def availability(self) -> str | None:
+        reason = platform_reason(self.cell)
+        if reason:
+            return reason
+        llm_engine_args(self.cell)  # option errors raise (a usage error, not a skip)
+        return validate_with_vllm(self.cell, lambda path: llm_engine_args(self.cell, path))
+
+    def _load(self) -> None:
+        import vllm
+        from vllm import LLM
+
+        path, awq_info = model_path_for(self.cell)
+        kwargs = llm_engine_args(self.cell, path)
+        env = engine_env(self.cell)
+
+        def make() -> Any:
+            self.llm = LLM(**kwargs)
+            return self.llm
+
+        _, start_s = self._start(env, make, lambda llm: llm.llm_engine)
+        self._sp = self._sampling_params()
+        cfg = self.llm.llm_engine.vllm_config
+        self._info = {
+            "vllm": vllm.__version__, "engine_start_s": start_s,
+            "engine_api": "vllm.LLM.generate (vLLM's defaults)", "engine_args": {k: v for k, v in kwargs.items()
+                                                                                if k != "model"},
+            "engine_env": env, "timed_metrics": list(self.timed_metrics),
+            "sampling": {"temperature": self._sp.temperature, "max_tokens": self._sp.max_tokens,
+                         "ignore_eos": True},
+            "resolved": {
+                "dtype": str(cfg.model_config.dtype).removeprefix("torch."),
+                "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
+                "enable_prefix_caching": bool(cfg.cache_config.enable_prefix_caching),
+                "chunked_prefill": bool(cfg.scheduler_config.enable_chunked_prefill),
+                "max_num_seqs": cfg.scheduler_config.max_num_seqs,
+                "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
+                "enforce_eager": bool(cfg.model_config.enforce_eager),
+                "compilation_mode": str(getattr(cfg.compilation_config, "mode", None)),
+                "executor": cfg.parallel_config.distributed_executor_backend,
+                "tensor_parallel_size": cfg.parallel_config.tensor_parallel_size,
+                "quantization": cfg.model_config.quantization,
+                "max_model_len": cfg.model_config.max_model_len,
+            },
+            "engine_pids": list(self._procs.pids),
+        }
+        if awq_info is not None:
+            self._info["awq"] = awq_info
+
+    def _sampling_params(self) -> Any:
+        from vllm import SamplingParams
+
+        # As vllm bench latency asks: ignore_eos + max_tokens (no min_tokens, no per-request seed: both add work
+        # to every step in vLLM's sampler); generate() checks that exactly new_tokens came back.
+        return SamplingParams(temperature=float(self.cell.option("temperature", 0.0)), top_p=1.0,
+                              max_tokens=self.cell.scenario.new_tokens, ignore_eos=True, detokenize=False)
+
+    def close(self) -> None:
+        llm, self.llm = self.llm, None
+        engine = llm.llm_engine if llm is not None else None
+        del llm
+        self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts: list[list[int]]) -> list[list[int]]:
+        """One ``LLM.generate`` call for the batch (what one timed round is); the generated token ids."""
+        from vllm.inputs import TokensPrompt
+
+        if self.llm is None:
+            raise VllmEngineError("load() first")
+        with self._procs.watch():
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], self._sp,
+                                     use_tqdm=False)
+        tokens = [list(o.outputs[0].token_ids) for o in outs]
+        n = self.cell.scenario.new_tokens
+        if [len(t) for t in tokens] != [n] * len(prompts):
+            raise VllmEngineError(f"LLM.generate returned {[len(t) for t in tokens]} tokens per request, expected "
+                                  f"exactly {n} (ignore_eos, min_tokens = max_tokens = {n})")
+        return tokens
+
+    def prefill(self, prompts: list[list[int]]) -> StepResult:
+        done = _Done(self.generate(prompts), 1)
+        return StepResult([t[0] for t in done.tokens], done)
+
+    def decode(self, state: _Done) -> StepResult:
+        if state.given >= len(state.tokens[0]):
+            raise VllmEngineError(f"decode() past new_tokens={self.cell.scenario.new_tokens}")
+        state.given += 1
+        return StepResult([t[state.given - 1] for t in state.tokens], state)
+
+    def release(self, state: Any) -> None:
+        del state
+
+    # ------------------------------------------------------------------ facts
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)

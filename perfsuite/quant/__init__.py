@@ -1,0 +1,1 @@
+"""Weight quantization recipes that turn a float checkpoint into a quantized one (no download, no calibration data)."""
