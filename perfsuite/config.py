@@ -98,8 +98,9 @@ class Settings:
                                 for attn in p.attn_implementations:
                                     out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device,
                                                     q, tp, attn, options=opts))
-        for backend, model, dtype, sc, q, tp, attn in p.cells:  # the --perf-backend / --perf-model filters apply
-            if backend in self.backends and model in self.models:
+        for backend, model, dtype, sc, q, tp, attn in p.cells:  # a --perf-backend / --perf-model filter applies
+            if (self.backends == p.backends or backend in self.backends) and \
+                    (self.models == p.models or model in self.models):
                 opts = tuple(sorted(self.config.backend_options.get(backend, {}).items()))
                 out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device, q, tp, attn,
                                 options=opts))

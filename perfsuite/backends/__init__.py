@@ -22,6 +22,8 @@ BACKENDS: dict[str, str] = {
     "onnxruntime-migraphx": "perfsuite.backends.onnxruntime:OrtBackend",
     "onnxruntime-dml": "perfsuite.backends.onnxruntime:OrtBackend",
     "vllm": "perfsuite.backends.vllm_backend:VllmBackend",
+    # vLLM with its defaults through its public API (LLM.generate): end-to-end latency only
+    "vllm-llm": "perfsuite.backends.vllm_llm:VllmLlmBackend",
 }
 
 

@@ -174,11 +174,21 @@ _VLLM = {
                                     "largest of 128/64/32 dividing every input dimension)", choices=(32, 64, 128)),
 }
 
+# vllm-llm (perfsuite/backends/vllm_llm.py): vLLM with its defaults through LLM.generate(); a subset of the engine
+# options plus the sampling temperature (vllm_engine_args.VLLM_LLM_OPTIONS).
+_VLLM_LLM = {
+    **{k: _VLLM[k] for k in ("enforce_eager", "gpu_memory_utilization", "load_format", "max_model_len",
+                             "kv_cache_space_gib", "omp_threads_bind", "awq_group_size")},
+    "temperature": Option("float", "sampling temperature of the timed requests (default 0: greedy, as the step "
+                                   "cells; vllm bench latency samples at 1.0)", minimum=0.0, maximum=10.0),
+}
+
 SCHEMAS: dict[str, dict[str, Option]] = {
     "torch": _TORCH,
     "torch-compile": _TORCH_COMPILE,
     **_ORT_BACKENDS,
     "vllm": _VLLM,
+    "vllm-llm": _VLLM_LLM,
 }
 
 

@@ -9,7 +9,7 @@ batch, ``max_tokens = new_tokens``, ``ignore_eos`` (exactly n tokens, checked). 
 defaults are those ``vllm bench latency`` makes or that token-id prompts need (see
 :func:`~perfsuite.backends.vllm_engine_args.llm_engine_args`).
 
-Only whole generations are timed (``timed_metrics = ("e2e",)``): ``generate()`` returns when the batch is done,
+Only whole generations are timed (``timed_metrics = ("e2el",)``): ``generate()`` returns when the batch is done,
 so there is no honest TTFT or per-step time from the host. ``prefill()`` runs the whole generation and hands the
 first tokens out; ``decode()`` hands out the following ones without engine work, so a prefill + (n - 1) decodes
 loop times exactly one ``generate()`` call; :meth:`VllmLlmBackend.metric_unavailable` says why TTFT/TPOT cells
@@ -33,7 +33,7 @@ from perfsuite.backends.vllm_common import (
 from perfsuite.backends.vllm_engine_args import engine_env, llm_engine_args
 from perfsuite.cells import Cell
 
-TIMED_METRICS = ("e2e",)
+TIMED_METRICS = ("e2el",)
 
 
 @dataclass
@@ -53,7 +53,7 @@ class VllmLlmBackend(EngineBackend):
         self._sp: Any = None
 
     def metric_unavailable(self, metric: str) -> str | None:
-        """Why this backend cannot time ``metric`` (``ttft``/``tpot``/``e2e``), or None."""
+        """Why this backend cannot time ``metric`` (``ttft``/``tpot``/``e2el``), or None."""
         if metric in self.timed_metrics:
             return None
         return (f"{self.name} times whole LLM.generate() calls with vLLM's defaults (async scheduling, engine-core "

@@ -48,6 +48,8 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
     resolved = models.resolve(cell.model, cache)
     cell = dataclasses.replace(cell, model_dir=resolved.path)
     inner.cell = cell  # type: ignore[attr-defined]
+    if cache is not None and hasattr(inner, "cache_dir"):
+        inner.cache_dir = cache  # derived artefacts (ONNX exports) beside the models
     backend = inject.SlowedDecode(inner, fraction) if fraction > 0 else inner
     sc = cell.scenario
     prompts = models.prompts(sc.batch_size, sc.prompt_tokens, resolved.vocab_size, cell.seed)
@@ -56,8 +58,13 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
     backend.load()
     load_s = time.perf_counter() - t0
     out: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
     try:
         for metric in job["metrics"]:
+            why = getattr(backend, "metric_unavailable", lambda _m: None)(metric)
+            if why:  # e.g. vllm-llm times whole generate() calls: it has no honest TTFT/TPOT
+                skipped[metric] = why
+                continue
             backend.reset_peak_memory()
             bench = measure.standalone_benchmark(f"{metric}-{job.get('index', 0)}")
             # device-level memory (sees every process on the device, vLLM's workers too); nothing on the CPU
@@ -75,13 +82,18 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
                 memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
             prof = _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job) if job.get("cprofile") \
                 else None
-            out[metric] = {"rounds_s": list(bench.stats.stats.data), "samples": m.samples,
+            samples = m.samples
+            timed = getattr(backend, "timed_metrics", None)
+            if timed is not None and metric == "e2el" and "ttft" not in timed:
+                # whole-call timing (vllm-llm): the per-token parts inside it are not real TTFT/ITL values
+                samples = {k: v for k, v in samples.items() if k == "e2el_ms"}
+            out[metric] = {"rounds_s": list(bench.stats.stats.data), "samples": samples,
                            "generated_tokens": m.generated_tokens, "first_tokens": [s[:8] for s in m.tokens],
                            "memory": memory, "cprofile_path": prof}
         info = backend.info()
     finally:
         backend.close()
-    return {"metrics": out, "backend_info": info, "load_s": load_s}
+    return {"metrics": out, "skipped_metrics": skipped, "backend_info": info, "load_s": load_s}
 
 
 def _nothing() -> Any:

@@ -73,6 +73,7 @@ class ProcessResult:
     skip: str | None = None  # the backend cannot run here: its reason
     error: str | None = None  # it tried and failed: one line
     detail: str = ""  # traceback / log tail for the error
+    skipped_metrics: dict[str, str] = dataclasses.field(default_factory=dict)  # metric -> why it cannot be timed
 
     @staticmethod
     def from_wire(d: Mapping[str, Any], *, pid: int, wall_s: float) -> ProcessResult:
@@ -80,7 +81,8 @@ class ProcessResult:
         return ProcessResult(index=int(d.get("index", 0)), pid=pid, label=str(d.get("label", "")), metrics=ms,
                              backend_info=dict(d.get("backend_info") or {}), load_s=float(d.get("load_s", 0.0)),
                              wall_s=wall_s, perfsuite_file=str(d.get("perfsuite_file", "")), skip=d.get("skip"),
-                             error=d.get("error"), detail=str(d.get("detail", "")))
+                             error=d.get("error"), detail=str(d.get("detail", "")),
+                             skipped_metrics=dict(d.get("skipped_metrics") or {}))
 
     @staticmethod
     def failed(index: int, pid: int, label: str, error: str, detail: str, wall_s: float) -> ProcessResult:

@@ -26,7 +26,7 @@ def _cell(**opts) -> Cell:
 
 def test_only_whole_generations_are_timed() -> None:
     be = VllmLlmBackend(_cell())
-    assert be.metric_unavailable("e2e") is None
+    assert be.metric_unavailable("e2el") is None
     for metric in ("ttft", "tpot"):
         reason = be.metric_unavailable(metric)
         assert reason is not None and "LLM.generate()" in reason and metric.upper() in reason
