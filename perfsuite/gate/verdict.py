@@ -96,10 +96,11 @@ def decide(comp: Comparison, alpha: float, power: float) -> Verdict:
     wlo, whi = sorted((s * lo, s * hi))  # interval of the "worse" shift
     note = comp.note
     significant_regression = p_worse < alpha and worse > thr
+    if est.method == "processes":
+        note = _join(note, "one baseline run: compared process by process, run-to-run drift unknown; record more "
+                           "baseline runs before this can fail")
     if significant_regression and est.method == "processes":
         kind = "inconclusive"
-        note = _join(note, "one baseline run: its processes differ, but run-to-run drift is unknown; record more "
-                           "baseline runs before this can fail")
     elif significant_regression and guard_blocks(comp):
         kind = "inconclusive"
         note = _join(note, "a baseline run was as slow as the current run (rank guard)")
