@@ -97,6 +97,7 @@ def _load_backend_class(tree: Path, tag: str) -> Any:
     spec = importlib.util.spec_from_file_location(f"_tb_{tag}", tree / BACKEND_FILE)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
     spec.loader.exec_module(mod)
     return mod.TorchBackend
 
