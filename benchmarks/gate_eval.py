@@ -199,12 +199,16 @@ _PB = re.compile(r"Performance has regressed:\s*(.*?)(?:\n\S|\Z)", re.S)
 
 def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
     tree = out / item["tree"]
+    runs = out / "runs"
+    runs.mkdir(exist_ok=True)
+    run_json = runs / f"{item['tree']}-{time.strftime('%Y%m%d-%H%M%S')}.json"  # kept: machine_info, processes
     with tempfile.TemporaryDirectory() as tmp:
         gate_json = Path(tmp) / "gate.json"
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
                                "-p", "no:randomly", "-p", "no:cacheprovider", "--benchmark-compare",
-                               "--benchmark-compare-fail=median:5%", f"--perf-gate-json={gate_json}"],
+                               "--benchmark-compare-fail=median:5%", f"--perf-gate-json={gate_json}",
+                               f"--benchmark-json={run_json}"],
                               cwd=tree, env=_env(tree), capture_output=True, text=True)
         wall = time.monotonic() - t0
         verdicts = json.loads(gate_json.read_text()) if gate_json.exists() else []
@@ -213,7 +217,7 @@ def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
     m = _PB.search(text)
     pb = sorted(set(re.findall(r"(test_\w+)\[", m.group(1)))) if m else []
     by = {v["test"].split("::")[-1].split("[")[0]: v for v in verdicts if not v.get("method") == "exact"}
-    return {"rc": proc.returncode, "wall_s": wall, "gate_failed": failed, "pb_regressed": pb,
+    return {"rc": proc.returncode, "wall_s": wall, "gate_failed": failed, "pb_regressed": pb, "run_json": str(run_json),
             "kinds": {t: v["kind"] for t, v in by.items()},
             "changes": {t: (v["ratio"] - 1 if v.get("ratio") else None) for t, v in by.items()},
             "mde": {t: v.get("mde") for t, v in by.items()},

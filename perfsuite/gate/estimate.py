@@ -72,7 +72,9 @@ def estimate(test: str, policy: Policy, baseline: Sequence[Mapping[str, Any]],
     cpos = tuple(float(v) for v in cvals)  # type: ignore[arg-type]
     if len(bpos) >= 2:
         within = values.within_run_var(current, policy.metric) if len(cpos) == 1 else None
-        return Comparison(test, policy, stats.between_runs(bpos, cpos, current_within_var=within), bpos, cpos)
+        floor = math.log1p(config.min_run_cv) if config.min_run_cv else None
+        return Comparison(test, policy, stats.between_runs(bpos, cpos, current_within_var=within, min_sd=floor),
+                          bpos, cpos)
     bp, cp = values.process_values(base[0], policy.metric), values.process_values(current, policy.metric)
     if not bp or not cp or len(bp) < 2 or len(cp) < 2:
         return Comparison(test, policy, None, bpos, cpos, "one baseline run and too few processes to say "

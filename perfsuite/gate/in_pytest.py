@@ -22,6 +22,19 @@ from perfsuite.gate.runs import index, match
 from perfsuite.gate.verdict import Verdict, decide
 
 
+def baseline_span_s(runs: Sequence[Mapping[str, Any]]) -> float | None:
+    """Seconds between the first and the last run (pytest-benchmark's ``datetime``); None if unknown."""
+    import datetime as dt
+
+    times = []
+    for r in runs:
+        try:
+            times.append(dt.datetime.fromisoformat(str(r.get("datetime"))).timestamp())
+        except ValueError:
+            return None
+    return max(times) - min(times) if len(times) >= 2 else None
+
+
 def is_contended(run: Mapping[str, Any]) -> bool:
     """A stored run recorded on a busy machine (preflight on_busy = "mark"): kept, but never a baseline."""
     meta = (run.get("machine_info") or {}).get("perfsuite") or {}
@@ -125,6 +138,11 @@ class GateSession:
         lines.append(f"per-test decisions: Bonferroni, alpha={self.config.alpha:g} over {len(self.family)} gated "
                      f"test(s) that ran with a comparable baseline; p(Holm) is informational; baseline: newest "
                      f"{self.config.baseline_runs} comparable run(s) of {len(self.runs)}")
+        span = baseline_span_s(self.runs[-self.config.baseline_runs:])
+        if span is not None and span < 3600 and not self.config.min_run_cv:
+            lines.append(f"the baseline runs were recorded within {span / 60:.0f} min: their spread cannot show this "
+                         "machine's drift over hours; record them over time (e.g. one per nightly) or set "
+                         "[tool.perfsuite.gate] min_run_cv (perfsuite calibrate --gap 10m measures it)")
         if self.skipped_contended:
             lines.append(f"{self.skipped_contended} stored run(s) marked contended were left out of the baseline")
         for nodeid, hint in self.hints.items():

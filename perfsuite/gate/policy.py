@@ -9,6 +9,7 @@ naming the key, what is allowed and the fix. The schema (docs/gate.md has the pr
     baseline_runs = 10      # use the newest N comparable run files of baselines/<runner-class>/ (>= 2 to fail)
     ab_threshold = 0.01     # perfsuite ab: a significant slowdown beyond 1 % is a regression
     ab_margin = 0.02        # perfsuite ab: "unchanged" once the interval lies inside +-2 %
+    min_run_cv = 0.05       # optional floor of the between-run CV (drift over hours: perfsuite calibrate --gap)
 
     [[tool.perfsuite.gate.policies]]
     metric = "median_tpot_ms"          # see METRIC_HELP
@@ -82,6 +83,7 @@ class GateConfig:
     baseline_runs: int = 10
     ab_threshold: float = 0.01
     ab_margin: float = 0.02
+    min_run_cv: float | None = None
     policies: tuple[Policy, ...] = field(default_factory=lambda: DEFAULT_POLICIES)
     overrides: tuple[Override, ...] = ()
 
@@ -111,7 +113,7 @@ DEFAULT_POLICIES: tuple[Policy, ...] = (
     Policy("generated_tokens", direction="equal", exact=True),
 )
 
-_TOP = {"alpha", "power", "baseline_runs", "ab_threshold", "ab_margin", "policies", "overrides"}
+_TOP = {"alpha", "power", "baseline_runs", "ab_threshold", "ab_margin", "min_run_cv", "policies", "overrides"}
 _POLICY = {"metric", "direction", "threshold", "exact", "tolerance", "abs_tolerance", "tests", "enabled"}
 _OVERRIDABLE = {"threshold", "tolerance", "abs_tolerance", "enabled"}
 
@@ -222,6 +224,9 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
     runs = int(_number("baseline_runs", raw.get("baseline_runs", 10), 1, 10_000, integer=True))
     ab_thr = float(_number("ab_threshold", raw.get("ab_threshold", 0.01), 0.0, 1.0, hi_open=True))
     ab_margin = float(_number("ab_margin", raw.get("ab_margin", 0.02), 0.0, 1.0, lo_open=True, hi_open=True))
+    min_cv = raw.get("min_run_cv")
+    if min_cv is not None:
+        min_cv = float(_number("min_run_cv", min_cv, 0.0, 1.0, hi_open=True))
     pols_raw = raw.get("policies")
     if pols_raw is None:
         policies = DEFAULT_POLICIES
@@ -251,7 +256,7 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
                                + ", ".join(p.metric for p in policies), "add a policy for it first")
                 per.append((k, _override_values(f"{where}.{k}", v)))
         overrides.append(Override(str(pattern), _override_values(where, common), tuple(per)))
-    return GateConfig(alpha, power, runs, ab_thr, ab_margin, policies, tuple(overrides))
+    return GateConfig(alpha, power, runs, ab_thr, ab_margin, min_cv, policies, tuple(overrides))
 
 
 def load_config(pyproject: Any = None, **cli: Any) -> GateConfig:

@@ -65,7 +65,7 @@ def t_sf(x: float, df: float) -> float:
 
 
 def between_runs(baseline: Sequence[float], current: Sequence[float], *,
-                 current_within_var: float | None = None) -> Estimate:
+                 current_within_var: float | None = None, min_sd: float | None = None) -> Estimate:
     """Run-level comparison (``baseline``: R >= 2 run values, ``current``: C >= 1 run values).
 
     The variance of one run's log value, ``s^2``, is estimated from the spread of the baseline runs: it holds the
@@ -76,6 +76,10 @@ def between_runs(baseline: Sequence[float], current: Sequence[float], *,
     ``current_within_var``: the current run's own variance of its log value, from its processes; if the current run
     is noisier inside than baseline runs are between each other (a disturbed machine), that larger variance is
     used for it.
+
+    ``min_sd``: a floor for the SD of one run's log value (``[tool.perfsuite.gate] min_run_cv``). Baseline runs
+    recorded back to back cannot show drift over hours; a floor measured over hours (``perfsuite calibrate --gap``)
+    keeps a machine's slow periods from reading as regressions.
     """
     y = np.log(np.asarray(baseline, dtype=float))
     z = np.log(np.asarray(current, dtype=float))
@@ -85,9 +89,12 @@ def between_runs(baseline: Sequence[float], current: Sequence[float], *,
     ss = float(((y - y.mean()) ** 2).sum()) + (float(((z - z.mean()) ** 2).sum()) if c > 1 else 0.0)
     df = float(r - 1 + (c - 1 if c > 1 else 0))
     s2 = ss / df
+    method = "runs"
+    if min_sd is not None and min_sd**2 > s2:
+        s2, method = min_sd**2, "runs+floor"
     s2_cur = max(s2, current_within_var) if current_within_var is not None else s2
     se = math.sqrt(s2 / r + s2_cur / c)
-    return Estimate(float(z.mean() - y.mean()), se, df, "runs", r, c, math.sqrt(s2))
+    return Estimate(float(z.mean() - y.mean()), se, df, method, r, c, math.sqrt(s2))
 
 
 def processes(baseline: Sequence[float], current: Sequence[float]) -> Estimate:

@@ -37,7 +37,7 @@ class Verdict:
     direction: str
     alpha: float  # level this verdict was decided at (after the multiplicity correction)
     p_worse: float | None  # one-sided p-value of "current is worse"
-    method: str  # runs | processes | exact | missing | incomparable
+    method: str  # runs | runs+floor (min_run_cv) | processes | exact | missing | incomparable
     n_baseline: int
     n_current: int
     note: str = ""
@@ -67,7 +67,7 @@ def guard_blocks(comp: Comparison) -> bool:
     run. It is a necessary condition, not what sets the false-alarm rate: alone it would pass one A/A run in
     R + 1 (9 % for R = 10). It stops a t-test on a heavy-tailed baseline from failing a run that lies inside the
     baseline's own range."""
-    if comp.estimate is None or comp.estimate.method != "runs" or not comp.baseline_values:
+    if comp.estimate is None or not comp.estimate.method.startswith("runs") or not comp.baseline_values:
         return False
     s = sign(comp.policy)
     worst_base = max(s * math.log(v) for v in comp.baseline_values)

@@ -155,3 +155,15 @@ def test_statistic_names() -> None:
     assert stats.statistic([1, 2, 3, 4], "min") == 1
     with pytest.raises(ValueError, match="allowed"):
         stats.statistic([1.0], "p100")
+
+
+def test_min_run_cv_floor_keeps_a_slow_period_from_failing() -> None:
+    """Baselines recorded back to back (1 % spread) vs a run 12 % slower from a slow period of the machine: a
+    regression on the baselines' own spread, not beyond a floor measured over hours."""
+    rng = np.random.default_rng(6)
+    pol = Policy("median_tpot_ms", threshold=0.03)
+    base = [run_entry(rng, sigma_run=0.005, sigma_proc=0.02) for _ in range(10)]
+    cur = run_entry(rng, sigma_run=0.0, sigma_proc=0.02, shift=math.log(1.12))
+    assert decide(estimate("t", pol, base, [cur], parse_config({})), 0.0033, 0.8).kind == "regression"
+    v = decide(estimate("t", pol, base, [cur], parse_config({"min_run_cv": 0.06})), 0.0033, 0.8)
+    assert v.kind != "regression" and v.method == "runs+floor" and v.mde is not None and v.mde > 0.2
