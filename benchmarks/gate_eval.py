@@ -10,6 +10,7 @@ interleaved order, so slow drift of the machine spreads over every condition. Ra
   python benchmarks/gate_eval.py true-size OUT --gens 120     # each tree's decode vs A's, interleaved in-process
   python benchmarks/gate_eval.py trials OUT --plan "ab:spin05:2m:20,ab:A2:2m:20,pytest:A2:30,pytest:nograd:30"
   python benchmarks/gate_eval.py report OUT                   # tables (also OUT/report.md)
+  python benchmarks/gate_eval.py reeval OUT min_run_cv=0.05   # the kept pytest runs under other gate settings
 
 Plan items: ``ab:<tree>:<budget>:<trials>`` (A vs <tree>) and ``pytest:<tree>:<trials>`` (``--benchmark-compare``
 inside <tree>, with pytest-benchmark's ``--benchmark-compare-fail=median:5%`` beside it). ``trials`` is resumable:
@@ -248,6 +249,38 @@ def cmd_trials(out: Path, plan: str, seed: int | None) -> None:
               flush=True)
 
 
+# ------------------------------------------------------------------------------------------------------ reeval
+def cmd_reeval(out: Path, overrides: list[str]) -> None:
+    """The same pytest trials (their kept run JSONs) decided again under other gate settings, e.g. a min_run_cv
+    floor measured separately: a paired comparison of settings on identical measurements, not new trials."""
+    from perfsuite import baselines
+    from perfsuite.gate import GateSession, parse_config
+
+    base = baselines.read_runs(out / "A" / "baselines" / "cpu-intel-xeon-2c")
+    import tomllib
+
+    raw = tomllib.loads((out / "A" / "pyproject.toml").read_text())["tool"]["perfsuite"].get("gate", {})
+    for kv in overrides:
+        k, v = kv.split("=", 1)
+        raw[k] = float(v)
+    cfg = parse_config(raw)
+    recs = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    rows: dict[str, list[bool]] = {}
+    for r in recs:
+        if r["kind"] != "pytest" or not r.get("run_json") or not Path(r["run_json"]).exists():
+            continue
+        run = json.loads(Path(r["run_json"]).read_text())
+        gs = GateSession(base, cfg)
+        gs.family = {b["fullname"]: 1 for b in run["benchmarks"]}
+        failed = False
+        for b in run["benchmarks"]:
+            failed |= any(v.failed for v in gs.check(b["fullname"], b["extra_info"], b["stats"]))
+        rows.setdefault(r["tree"], []).append(failed)
+    print(f"gate settings: {dict(raw)}")
+    for tree, hits in sorted(rows.items()):
+        print(f"  {tree:8s} run fails: {_rate(sum(hits), len(hits))}")
+
+
 # ----------------------------------------------------------------------------------------------------- report
 def _rate(k: int, n: int) -> str:
     from scipy.stats import binomtest
@@ -312,6 +345,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=None)
     p = sub.add_parser("report")
     p.add_argument("out", type=Path)
+    p = sub.add_parser("reeval")
+    p.add_argument("out", type=Path)
+    p.add_argument("settings", nargs="*", help="gate settings, e.g. min_run_cv=0.05")
     a = ap.parse_args()
     if a.cmd == "trees":
         cmd_trees(a.out)
@@ -319,6 +355,8 @@ def main() -> None:
         cmd_true_size(a.out, a.gens, a.trees.split(","))
     elif a.cmd == "trials":
         cmd_trials(a.out, a.plan, a.seed)
+    elif a.cmd == "reeval":
+        cmd_reeval(a.out, a.settings)
     else:
         cmd_report(a.out)
 
