@@ -291,6 +291,30 @@ def _rate(k: int, n: int) -> str:
     return f"{k}/{n} = {100 * k / n:.1f} % (95 % CI {100 * ci.low:.1f}-{100 * ci.high:.1f} %)"
 
 
+def _drift_section(recs: list[dict[str, Any]]) -> list[str]:
+    """What the A/A pytest trials say about the machine over time: each is an unchanged tree measured against the
+    same committed baselines, so its TPOT change is drift plus the run's own noise."""
+    aa = sorted((r for r in recs if r["kind"] == "pytest" and r["tree"] == "A2" and r["rc"] in (0, 1)
+                 and "test_tpot" in r.get("changes", {})), key=lambda r: r["finished"])
+    if len(aa) < 3:
+        return []
+    logs = [math.log1p(r["changes"]["test_tpot"]) for r in aa]
+    srt = sorted(logs)
+    q = lambda p: math.expm1(srt[min(len(srt) - 1, int(p * len(srt)))])  # noqa: E731
+    hours = (aa[-1]["finished"] - aa[0]["finished"]) / 3600
+    over = lambda x: sum(v > math.log1p(x) for v in logs)  # noqa: E731
+    lines = ["", "## Drift: A/A pytest runs against the committed baselines (TPOT)", "",
+             f"{len(aa)} runs of the unchanged tree over {hours:.1f} h. Change of each run's TPOT against the mean of the "
+             f"baseline runs: median {math.expm1(statistics.median(logs)):+.1%}, SD of log {statistics.stdev(logs):.1%}, "
+             f"10th-90th percentile {q(0.1):+.1%} .. {q(0.9):+.1%}, range {math.expm1(srt[0]):+.1%} .. "
+             f"{math.expm1(srt[-1]):+.1%}; {over(0.05)} runs beyond +5 %, {over(0.10)} beyond +10 %.", "",
+             "| finished (UTC) | TPOT change | gate TPOT verdict |", "|---|---|---|"]
+    for r in aa:
+        lines.append(f"| {time.strftime('%H:%M', time.gmtime(r['finished']))} | {r['changes']['test_tpot']:+.1%} | "
+                     f"{r['kinds'].get('test_tpot', '-')} |")
+    return lines
+
+
 def cmd_report(out: Path) -> None:
     recs = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     true = json.loads((out / "true_size.json").read_text()) if (out / "true_size.json").exists() else {}
@@ -325,6 +349,7 @@ def cmd_report(out: Path) -> None:
                      f"{_rate(sum(bool(r['pb_regressed']) for r in rs), len(rs))} | "
                      f"{_rate(sum('test_tpot' in r['pb_regressed'] for r in rs), len(rs))} | "
                      + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + " |")
+    lines += _drift_section(recs)
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
     print(text)
