@@ -20,7 +20,6 @@ import argparse
 import glob
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,26 +29,26 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from perfsuite.gate import sequential as seq  # noqa: E402
+from perfsuite.gate import values  # noqa: E402
 from perfsuite.gate.stats import binomial_interval  # noqa: E402
 
 CELL = "torch-tiny-llama-float32-b1-p64-n32"
-METRICS = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2el", "e2el_ms"))
+METRICS = ("ttft", "tpot", "e2el")  # gated metrics of the cell (test_<metric>)
 
 
 def process_values(folder: str) -> np.ndarray:
-    """[processes, 3]: median TTFT, TPOT, E2EL of each worker process of every baseline run of the cell."""
-    by_pid: dict[tuple[str, int], dict[str, float]] = {}
+    """[processes, 3]: median TTFT, TPOT, E2EL of each worker process of every baseline run of the cell (the gate's
+    own per-process values; the three tests of a run list the same processes in the same order)."""
+    rows: list[list[float]] = []
     for path in sorted(glob.glob(f"{folder}/*.json")):
+        per_metric = {}
         for b in json.loads(Path(path).read_text())["benchmarks"]:
             info = b["extra_info"]
-            if info.get("cell", {}).get("id") != CELL:
-                continue
-            metric = info.get("metric")
-            key = dict(METRICS).get(metric)
-            for p in info.get("processes") or []:
-                if key in p["samples"]:
-                    by_pid.setdefault((path, p["index"]), {})[metric] = statistics.median(p["samples"][key])
-    rows = [[v[m] for m, _ in METRICS] for v in by_pid.values() if len(v) == len(METRICS)]
+            if info.get("cell", {}).get("id") == CELL and info.get("metric") in METRICS:
+                per_metric[info["metric"]] = values.process_values(b, f"median_{info['metric']}_ms")
+        cols = [per_metric.get(m) for m in METRICS]
+        if all(cols) and len({len(c) for c in cols if c}) == 1:
+            rows.extend(list(r) for r in zip(*cols, strict=True))
     if len(rows) < 10:
         sys.exit(f"{folder}: fewer than 10 worker processes of {CELL} with all three metrics")
     return np.asarray(rows)
