@@ -216,6 +216,10 @@ def main(args: argparse.Namespace) -> int:
                 break
         else:
             stop_reason = "max-pairs"
+    except KeyboardInterrupt:  # keep the pairs measured so far; a pair cut in half is not one
+        stop_reason = "interrupted"
+        for m, d in zip(members, [sequential.decide(m.cs, tau, eps) for m in members], strict=True):
+            m.kind, m.note = d.kind, d.note
     finally:
         for pl in pools.values():
             pl.close()
@@ -233,11 +237,17 @@ def main(args: argparse.Namespace) -> int:
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
               "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin, "budget_s": budget,
-              "elapsed_s": elapsed, "stopped": stop_reason, "pairs": pairs, "verdicts": rows}
+              "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
+              "pairs": pairs, "verdicts": rows}
     if out_dir is not None:
         (out_dir / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+    if stop_reason == "interrupted":
+        kept = [str(p) for p in (args.json, out_dir and out_dir / "pairs.jsonl") if p]
+        print(f"perfsuite ab: interrupted after {n_pairs} pair(s) per cell; the table above is what they show"
+              + (f"; wrote {', '.join(kept)}" if kept else " (pass --json FILE to keep them)"), file=sys.stderr)
+        return 130
     if any(r["verdict"] == "regression" for r in rows):
         return 1
     if args.fail_on_inconclusive and any(r["verdict"] == "inconclusive" for r in rows):
