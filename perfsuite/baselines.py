@@ -73,7 +73,7 @@ def read_runs(directory: Path, runner_class: str | None = None, last: int | None
     paths = list_runs(directory)
     if last:
         paths = paths[-last:]
-    return [read_run(p, runner_class) for p in paths]
+    return [{**read_run(p, runner_class), "_path": str(p)} for p in paths]  # _path: named in the gate's notes
 
 
 def class_dir(baselines_dir: Path, runner_class: str) -> Path:

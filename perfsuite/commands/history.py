@@ -131,6 +131,9 @@ def _ingest(args: argparse.Namespace) -> int:
         print(f"added run {rid}: {path}")
     for path, rid in rep.duplicates:
         print(f"already there (run {rid}): {path}")
+    for path, where in rep.dropped:
+        print(f"perfsuite history: {path}: dropped {sum(where.values())} non-finite value(s) (NaN/inf): "
+              + ", ".join(f"{k} {n}" for k, n in where.items()), file=sys.stderr)
     print(f"{db.path}: {len(rep.added)} added, {len(rep.duplicates)} already there, {total} runs in all")
     return 0
 
