@@ -257,11 +257,15 @@ def perf_measurements(request: pytest.FixtureRequest, perf_session: PerfSession)
     def progress(n: int, total: int, cell_id: str, pr: Any) -> None:
         say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {harness.describe_process(pr)}")
 
+    from perfsuite import preflight
+
+    try:  # the workers materialise models there: a bad cache is one line now, not a traceback in a worker
+        preflight.check_locations([(*preflight.cache_location(perf_session.settings.config.cache_dir), "folder")])
+    except preflight.PreflightError as exc:
+        pytest.exit(f"perfsuite: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
     _check_machine(perf_session, say)
     say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
         + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
-    from perfsuite import preflight
-
     shared = None
     if perf_session.lock is None:  # a recording run already holds it exclusively
         try:

@@ -14,6 +14,22 @@ def project_root() -> Path:
     return pyproject.parent
 
 
+def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -> None:
+    """Before any work: every output location (``(path, option, "file" | "folder")``) and, with ``cache``, the
+    model cache takes a file; else one UsageError line naming the option or variable and the fix."""
+    from perfsuite import preflight
+    from perfsuite.errors import UsageError
+
+    todo = list(items)
+    if cache:
+        path, named_by = preflight.cache_location(None)
+        todo.append((path, named_by, "folder"))
+    try:
+        preflight.check_locations(todo)
+    except preflight.PreflightError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def parse_duration(text: str, what: str = "--budget") -> float:
     """``90s``, ``2m``, ``1h30m``, ``1.5m`` or plain seconds -> seconds; a clear UsageError otherwise."""
     import re

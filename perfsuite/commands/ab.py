@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands._common import parse_duration
+from perfsuite.commands._common import check_locations, parse_duration
 from perfsuite.errors import UsageError
 
 
@@ -147,6 +147,7 @@ def main(args: argparse.Namespace) -> int:
     from perfsuite.progress import Progress
     from perfsuite.worker import pool
 
+    check_locations((args.out, "--out", "folder"), (args.json, "--json", "file"), cache=True)
     budget = parse_duration(args.budget)
     if args.max_pairs < 2:
         raise UsageError("--max-pairs must be >= 2")

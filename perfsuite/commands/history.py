@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import changepoint as cpd
+from perfsuite.commands._common import check_locations
 from perfsuite.errors import UsageError
 
 
@@ -103,6 +104,7 @@ def main(args: argparse.Namespace) -> int:
     if action is None:
         args.history_parser.print_help()
         return 2
+    check_locations((getattr(args, "out", None), "--out", "file"), (getattr(args, "json", None), "--json", "file"))
     if action == "ingest":
         return _ingest(args)
     if action == "migrate":

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import baselines, runner_class
-from perfsuite.commands._common import project_root
+from perfsuite.commands._common import check_locations, project_root
 
 
 def register(sub: Any) -> None:
@@ -29,6 +29,7 @@ def register(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     root = project_root()
+    check_locations((args.json, "--json", "file"))
     out = args.json or Path(tempfile.mkdtemp(prefix="perfsuite-")) / "run.json"
     cmd = [sys.executable, "-m", "pytest", str(root / "tests" / "perf"), "-q", f"--benchmark-json={out}",
            f"--perf-device={args.device}"]
