@@ -23,7 +23,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,69 +34,6 @@ class PreflightError(Exception):
 
 
 # ----------------------------------------------------------------------------------------------- writable folder
-def _existing(directory: Path) -> Path:
-    probe = Path(directory)
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    return probe
-
-
-def _try_write(folder: Path) -> OSError | None:
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".perfsuite-writable-", dir=folder)
-    except OSError as exc:
-        return exc
-    os.close(fd)
-    os.unlink(tmp)
-    return None
-
-
-def check_locations(locations: Iterable[tuple[Path | None, str, str]]) -> None:
-    """Every output and cache location of a command, checked before any work: ``(path, named_by, kind)`` with
-    ``named_by`` the option (``--out``), variable (``PERFSUITE_CACHE_DIR``) or setting that chose it and ``kind``
-    "folder" (created if missing) or "file" (its folder must take it). PreflightError names the first bad one and
-    the fix; ``None`` paths (an option not given) are skipped."""
-    for path, named_by, kind in locations:
-        if path is None:
-            continue
-        path = Path(path).expanduser()
-        folder = path.parent if kind == "file" else path
-        probe = _existing(folder)
-        shown = f"{named_by}={path}" if named_by.isupper() else f"{named_by} {path}"
-        fix = _fix(named_by, kind)
-        if kind == "file" and path.is_dir():
-            raise PreflightError(f"{shown}: a folder, not a file; {fix}")
-        if not probe.is_dir():
-            raise PreflightError(f"{shown}: {probe} is a file, not a folder; {fix}")
-        err = _try_write(probe)
-        if err is not None:
-            raise PreflightError(f"{shown}: {probe} is not writable ({err.strerror}); {fix}")
-
-
-def _fix(named_by: str, kind: str) -> str:
-    if named_by.startswith("-"):
-        return f"pass {named_by} a writable {'path' if kind == 'file' else 'folder'}"
-    if named_by.isupper():
-        return f"set {named_by} to a writable folder"
-    if named_by == DEFAULT_CACHE:
-        return "set PERFSUITE_CACHE_DIR to a writable folder"
-    return f"point {named_by} at a writable folder"
-
-
-DEFAULT_CACHE = "the default cache"
-
-
-def cache_location(configured: Path | None) -> tuple[Path, str]:
-    """The model/artefact cache and what chose it: [tool.perfsuite] cache_dir > PERFSUITE_CACHE_DIR > default."""
-    from perfsuite import models
-
-    if configured is not None:
-        return Path(configured), "[tool.perfsuite] cache_dir"
-    if os.environ.get("PERFSUITE_CACHE_DIR"):
-        return models.default_cache_dir(), "PERFSUITE_CACHE_DIR"
-    return models.default_cache_dir(), DEFAULT_CACHE
-
-
 def check_writable(directory: Path) -> Path:
     """Raise :class:`PreflightError` unless a new file can be created in ``directory`` (or, if it does not exist
     yet, in the nearest existing folder above it, where it would be created). Returns the folder tried."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from perfsuite import config as cfg
@@ -15,18 +16,21 @@ def project_root() -> Path:
 
 
 def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -> None:
-    """Before any work: every output location (``(path, option, "file" | "folder")``) and, with ``cache``, the
-    model cache takes a file; else one UsageError line naming the option or variable and the fix."""
-    from perfsuite import preflight
+    """Before any work: every output location (``(path, option, "file" | "folder")``) and, with ``cache`` (a
+    command that measures here), the model cache takes a file and the thread-count variables are readable; else
+    one UsageError line naming the option or variable and the fix."""
+    from perfsuite import precheck
     from perfsuite.errors import UsageError
 
     todo = list(items)
     if cache:
-        path, named_by = preflight.cache_location(None)
+        path, named_by = precheck.cache_location(None)
         todo.append((path, named_by, "folder"))
     try:
-        preflight.check_locations(todo)
-    except preflight.PreflightError as exc:
+        precheck.check_locations(todo)
+        if cache:
+            precheck.check_thread_env(os.environ)
+    except precheck.PreflightError as exc:
         raise UsageError(str(exc)) from None
 
 

@@ -142,6 +142,7 @@ def _value(pr: Any, mem: Member) -> float:
 
 # ---------------------------------------------------------------------------------------------------- main
 def main(args: argparse.Namespace) -> int:
+    from perfsuite import precheck
     from perfsuite.gate import sequential
     from perfsuite.gate.policy import PolicyError, load_config
     from perfsuite.progress import Progress
@@ -160,6 +161,10 @@ def main(args: argparse.Namespace) -> int:
         tree = _tree(getattr(args, f"{s}_tree"), s)
         python = getattr(args, f"{s}_python") or sys.executable
         sides[s] = pool.Side(tree, python, s.upper(), _env(getattr(args, f"{s}_env"), s))
+        try:
+            precheck.check_thread_env(sides[s].environ())
+        except precheck.PreflightError as exc:
+            raise UsageError(f"side {s.upper()}: {exc}") from None
     plan_args = {"profile": args.profile, "backend": args.backend, "model": args.model, "device": args.device,
                  "cells": args.cells}
     plans = {}

@@ -128,6 +128,12 @@ def test_bad_env(trees: tuple[Path, Path], capsys: pytest.CaptureFixture, item: 
     assert "--b-env" in one_line_error(capsys)
 
 
+def test_a_thread_count_the_runtimes_would_ignore(trees: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
+    a, b = trees
+    assert cli(["ab", "--a", str(a), "--b", str(b), "--b-env", "OMP_NUM_THREADS=abc"]) == 2
+    assert "side B: OMP_NUM_THREADS='abc': not a thread count" in one_line_error(capsys)
+
+
 def test_no_cell_selected(trees: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
     a, b = trees
     assert cli(["ab", "--a", str(a), "--b", str(b), "--cells", "vllm-*"]) == 2

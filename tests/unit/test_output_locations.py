@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_ab_cli import make_tree  # tests/unit is on sys.path (rootdir conftest, prepend import mode)
 
-from perfsuite import preflight
+from perfsuite import precheck
 from perfsuite.cli import main as cli
 
 BAD = "/proc/perfsuite-nope"
@@ -45,11 +45,11 @@ def test_an_unwritable_cache_is_named_before_any_worker(tmp_path: Path, monkeypa
 
 def test_the_cache_location_says_where_it_comes_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PERFSUITE_CACHE_DIR", str(tmp_path / "env"))
-    assert preflight.cache_location(None) == (tmp_path / "env", "PERFSUITE_CACHE_DIR")
-    assert preflight.cache_location(tmp_path / "cfg") == (tmp_path / "cfg", "[tool.perfsuite] cache_dir")
+    assert precheck.cache_location(None) == (tmp_path / "env", "PERFSUITE_CACHE_DIR")
+    assert precheck.cache_location(tmp_path / "cfg") == (tmp_path / "cfg", "[tool.perfsuite] cache_dir")
     monkeypatch.delenv("PERFSUITE_CACHE_DIR")
-    path, named = preflight.cache_location(None)
-    assert path.name == "perfsuite" and named == preflight.DEFAULT_CACHE
+    path, named = precheck.cache_location(None)
+    assert path.name == "perfsuite" and named == precheck.DEFAULT_CACHE
 
 
 @pytest.mark.slow
