@@ -271,13 +271,10 @@ def _runner_class(device: str) -> str | None:
 
 
 def _side_facts(side: Any) -> dict[str, Any]:
-    import subprocess
+    from perfsuite.external import run_tool
 
-    try:
-        commit = subprocess.run(["git", "-C", str(side.tree), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    git = run_tool(["git", "-C", str(side.tree), "rev-parse", "HEAD"], 10)
+    commit = git.stdout.strip() or None if git.ok else None
     return {"tree": str(side.tree), "python": side.python, "commit": commit}
 
 

@@ -30,7 +30,13 @@ def register(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     root = project_root()
     check_locations((args.json, "--json", "file"))
-    out = args.json or Path(tempfile.mkdtemp(prefix="perfsuite-")) / "run.json"
+    if args.json:
+        return _run(root, args, args.json)
+    with tempfile.TemporaryDirectory(prefix="perfsuite-") as tmp:  # the run's JSON, read below, then gone
+        return _run(root, args, Path(tmp) / "run.json")
+
+
+def _run(root: Path, args: argparse.Namespace, out: Path) -> int:
     cmd = [sys.executable, "-m", "pytest", str(root / "tests" / "perf"), "-q", f"--benchmark-json={out}",
            f"--perf-device={args.device}"]
     for flag, value in (("--perf-profile", args.profile), ("--perf-backend", args.backend),

@@ -63,6 +63,7 @@ def probe(side: Side, modules: tuple[str, ...] = (), timeout_s: float = 300) -> 
         raise SideError(f"{name}: cannot run {side.python}: {proc.problem}")
     if proc.rc != 0:
         tail = proc.problem or (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        _raise_if_syntax(name, side, tail)
         raise SideError(f"{name}: {side.python} cannot run perfsuite's worker from {side.tree} ({tail}); install "
                         f"perfsuite's dependencies into that interpreter (scripts/install.sh) or pass another python")
     try:
@@ -77,12 +78,32 @@ def probe(side: Side, modules: tuple[str, ...] = (), timeout_s: float = 300) -> 
     bad = dict(facts.get("import_errors") or {})
     if bad:
         mod, err = next(iter(bad.items()))
+        _raise_if_syntax(name, side, err)
         raise SideError(f"{name}: {side.python} cannot import {mod} ({err}); install perfsuite's dependencies into "
                         "that interpreter (scripts/install.sh) or pass another --a-python/--b-python")
     if facts.get("protocol") != PROTOCOL:
         raise SideError(f"{name}: worker protocol {facts.get('protocol')} in {side.tree}, this perfsuite speaks "
                         f"{PROTOCOL}; update that tree")
     return facts
+
+
+_SYNTAX = ("SyntaxError", "IndentationError", "TabError")
+
+
+def _raise_if_syntax(name: str, side: Side, text: str) -> None:
+    """A tree that does not compile is that tree's bug, not a missing dependency: name the file and line (found by
+    compiling the tree's package here, whatever the side's interpreter printed) and that fix."""
+    if not any(t in text for t in _SYNTAX):
+        return
+    for f in sorted((side.tree / "perfsuite").rglob("*.py")):
+        try:
+            compile(f.read_bytes(), str(f), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise SideError(f"{name}: {f}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}; fix the syntax error "
+                            "in that tree") from None
+        except (OSError, ValueError):
+            continue
+    raise SideError(f"{name}: {text}; fix the syntax error in {side.tree}")
 
 
 def _signal_text(status: int) -> str:
@@ -324,6 +345,7 @@ def plan(side: Side, args: dict[str, Any], timeout_s: float = 300) -> dict[str, 
         out = dict(json.loads(proc.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
         tail = proc.problem or (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        _raise_if_syntax(name, side, tail)
         raise SideError(f"{name}: {side.python} cannot list the cells of {side.tree} ({tail})") from None
     if "error" in out:
         raise SideError(f"{name} ({side.tree}): {out['error']}")
