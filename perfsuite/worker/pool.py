@@ -182,12 +182,17 @@ class Pool:
 
     # ------------------------------------------------------------------------------------------------- jobs
     def measure(self, job: dict[str, Any], *, fork: bool = True, timeout_s: float = 1800) -> ProcessResult:
-        res = self._measure(job, fork, timeout_s)
-        if any(m.cprofile_path for m in res.metrics.values()):
-            self.keep = True  # pytest-benchmark reads the profile after the pool has closed
+        res = self.adopt(self._measure(job, fork, timeout_s))
         if res.error and self._owned:
             self.keep = True
             res = dataclasses.replace(res, error=f"{res.error} (worker files kept in {self.workdir})")
+        return res
+
+    def adopt(self, res: ProcessResult) -> ProcessResult:
+        """A result whose files live in this pool's folder (also one measured in-process there): a cProfile file
+        keeps the folder, pytest-benchmark reads it after the pool has closed."""
+        if any(m.cprofile_path for m in res.metrics.values()):
+            self.keep = True
         return res
 
     def _measure(self, job: dict[str, Any], fork: bool, timeout_s: float) -> ProcessResult:

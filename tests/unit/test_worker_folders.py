@@ -38,3 +38,14 @@ def test_a_folder_given_by_the_caller_is_never_removed(tmp_path: Path) -> None:
     with pool.Pool(pool.this_side(), given):
         pass
     assert given.is_dir()
+
+
+def test_a_cprofile_file_keeps_the_folder_for_pytest_benchmark(tmpdir_here: Path) -> None:
+    """In-process (--perf-workers 0) results are adopted too: the profile is read after the pool closed."""
+    from perfsuite.worker.job import MetricResult, ProcessResult
+
+    with pool.Pool(pool.this_side()) as workers:
+        prof = workers.workdir / "cprofile-0-tpot.prof"
+        prof.write_bytes(b"")
+        workers.adopt(ProcessResult(0, 1, "", {"tpot": MetricResult([], {}, 0, [], {}, str(prof))}, {}, 0.0, 0.0, ""))
+    assert prof.is_file()
