@@ -1,22 +1,24 @@
 """Root conftest: pytester for the plugin's own tests, and the hypothesis profiles (ci, nightly, gpu-smoke).
 
-The perfsuite plugin itself loads through its pytest11 entry point.
+The perfsuite plugin itself loads through its pytest11 entry point. Nothing of perfsuite is imported at module level
+here: pytest-benchmark's own CLI (``pytest-benchmark compare``) imports this file *before* it builds a pytest Config
+from pyproject.toml, and pytest then warns that the already-imported perfsuite plugin cannot be assertion-rewritten
+(an error under ``filterwarnings = error``).
 """
 
 import pytest
 
-from perfsuite.ops.profiles import ProfileError, load_profile, register_profiles
-
 pytest_plugins = ["pytester"]
 
-register_profiles()
-try:  # at import, so that hypothesis' own --hypothesis-profile (applied at configure time) still wins
-    load_profile()
-    _PROFILE_ERROR: ProfileError | None = None
-except ProfileError as exc:
-    _PROFILE_ERROR = exc
 
-
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if _PROFILE_ERROR is not None:  # a mistyped PERFSUITE_HYPOTHESIS_PROFILE: one line, not a conftest traceback
-        raise pytest.UsageError(f"perfsuite: {_PROFILE_ERROR}")
+    """Before hypothesis' own configure: register our profiles (so ``--hypothesis-profile ci`` resolves) and load the
+    selected one; hypothesis then applies ``--hypothesis-profile``, which still wins."""
+    from perfsuite.ops.profiles import ProfileError, load_profile, register_profiles
+
+    register_profiles()
+    try:
+        load_profile()
+    except ProfileError as exc:  # a mistyped PERFSUITE_HYPOTHESIS_PROFILE: one line, not a conftest traceback
+        raise pytest.UsageError(f"perfsuite: {exc}") from None

@@ -73,7 +73,27 @@ def read_runs(directory: Path, runner_class: str | None = None, last: int | None
     paths = list_runs(directory)
     if last:
         paths = paths[-last:]
-    return [read_run(p, runner_class) for p in paths]
+    return [{**read_run(p, runner_class), "_path": str(p)} for p in paths]  # _path: named in the gate's notes
+
+
+def compared_runs(runs: list[dict[str, Any]], compare: str, runner_class: str) -> tuple[list[dict[str, Any]], str]:
+    """The stored runs ``--benchmark-compare=NNNN`` names, as pytest-benchmark finds them (``NNNN*.json`` in the
+    class folder), and the note saying so; BaselineError when it names none or names a file elsewhere."""
+    import fnmatch
+
+    flag = f"--benchmark-compare={compare}"
+    if "/" in compare or Path(compare).is_file():
+        raise BaselineError(f"{flag}: the gate compares with the stored runs of {runner_class} only; pass a run "
+                            "number (e.g. 0001), or compare files with `perfsuite compare BASE CURRENT`")
+    pattern = compare.rstrip("*") + "*.json"
+    names = {Path(r["_path"]).name: r for r in runs if r.get("_path")}
+    chosen = [r for n, r in names.items() if fnmatch.fnmatch(n, pattern)]
+    if not chosen:
+        raise BaselineError(f"{flag}: no stored run of {runner_class} matches {pattern} (runs: "
+                            f"{', '.join(sorted(names)) or 'none'}); pass one of their numbers")
+    shown = ", ".join(Path(r["_path"]).name for r in chosen)
+    drift = "; one baseline run: run-to-run drift unknown" if len(chosen) == 1 else ""
+    return chosen, f"perfsuite: {flag}: the gate compares with {shown} only, like pytest-benchmark's table{drift}"
 
 
 def class_dir(baselines_dir: Path, runner_class: str) -> Path:

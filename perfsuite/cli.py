@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # each command has stopped its processes on the way out (perfsuite.external, pool)
+        print(f"perfsuite {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
                            cprofile=cprofile and i == 0)
             if res.measured_by["mode"] == "inprocess":
                 raw = child.run_job(job, workers.workdir)
-                pr = ProcessResult.from_wire(raw, pid=int(raw.get("pid", 0)), wall_s=0.0)
+                pr = workers.adopt(ProcessResult.from_wire(raw, pid=int(raw.get("pid", 0)), wall_s=0.0))
             else:
                 pr = workers.measure(job, fork=res.measured_by["mode"] == "fork")
             if pr.skip:

@@ -11,6 +11,7 @@ and only if the whole run passed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -36,11 +37,18 @@ _OPTIONS = (
 )
 
 
+def _given(value: str) -> str:
+    """An option written with an empty value (``--perf-workers=``) is refused, not read as "use the default"."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("empty; give a value or leave the option out")
+    return value
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfsuite", "perfsuite: LLM inference latency benchmarks")
     for flag, key, help_ in _OPTIONS:
-        group.addoption(flag, dest=f"perf_{key}", default=None, help=f"{help_}. Env PERFSUITE_{key.upper()}, "
-                        f"ini perfsuite_{key}.")
+        group.addoption(flag, dest=f"perf_{key}", default=None, type=_given, help=f"{help_}. Env "
+                        f"PERFSUITE_{key.upper()}, ini perfsuite_{key}.")
         parser.addini(f"perfsuite_{key}", help_, default=None)
     group.addoption("--perf-update-baselines", dest="perf_update_baselines", action="store_true", default=None,
                     help="record this run as a new baseline in baselines/<runner-class>/ (atomic; written only if "
@@ -69,7 +77,7 @@ def _opt(config: pytest.Config, key: str, default: Any) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     """Before pytest-benchmark builds its session (its configure is trylast)."""
     config.addinivalue_line("markers", "perf: a perfsuite latency benchmark of one cell")
-    from perfsuite import gate
+    from perfsuite import gate, precheck, preflight
 
     pyproject = cfg.find_pyproject(config.rootpath)
     try:
@@ -86,12 +94,13 @@ def pytest_configure(config: pytest.Config) -> None:
         from perfsuite.backends import inject
 
         inject.fraction_from_env()  # a malformed calibration knob is a usage error before anything runs
+        precheck.check_thread_env(os.environ)  # so is a thread count the runtimes would silently ignore
         gate_config = gate.parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
         settings = cfg.resolve(conf, profile=_opt(config, "profile", "smoke"), device=device,
                                backends=_opt(config, "backend", None), models=_opt(config, "model", None),
                                runner_class=override or rc, update_baselines=update,
                                workers=_opt(config, "workers", None))
-    except (cfg.ConfigError, gate.PolicyError, RuntimeError, ValueError) as exc:
+    except (cfg.ConfigError, gate.PolicyError, RuntimeError, ValueError, preflight.PreflightError) as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     facts["detected_runner_class"] = rc
     session = PerfSession(settings, facts, gate_config=gate_config,
@@ -142,6 +151,9 @@ def _configure_benchmark_storage(config: pytest.Config, session: PerfSession, ex
     if compare and ours:
         try:  # a corrupt or foreign file must be an error, not silently skipped by pytest-benchmark
             runs = baselines.read_runs(session.baseline_dir, session.runner_class)
+            if isinstance(compare, str) and runs:  # NNNN: pytest-benchmark's table uses that run, so does the gate
+                runs, note = baselines.compared_runs(runs, compare, session.runner_class)
+                session.notes.append(note)
         except baselines.BaselineError as exc:
             raise pytest.UsageError(f"perfsuite: {exc}") from None
         if not runs:
@@ -257,11 +269,15 @@ def perf_measurements(request: pytest.FixtureRequest, perf_session: PerfSession)
     def progress(n: int, total: int, cell_id: str, pr: Any) -> None:
         say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {harness.describe_process(pr)}")
 
+    from perfsuite import precheck, preflight
+
+    try:  # the workers materialise models there: a bad cache is one line now, not a traceback in a worker
+        precheck.check_locations([(*precheck.cache_location(perf_session.settings.config.cache_dir), "folder")])
+    except preflight.PreflightError as exc:
+        pytest.exit(f"perfsuite: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
     _check_machine(perf_session, say)
     say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
         + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
-    from perfsuite import preflight
-
     shared = None
     if perf_session.lock is None:  # a recording run already holds it exclusively
         try:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from perfsuite import config as cfg
@@ -12,6 +13,25 @@ def project_root() -> Path:
         raise SystemExit("perfsuite: run this inside a perfsuite checkout (no pyproject.toml with [tool.perfsuite] "
                          "and tests/perf/ above the current directory)")
     return pyproject.parent
+
+
+def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -> None:
+    """Before any work: every output location (``(path, option, "file" | "folder")``) and, with ``cache`` (a
+    command that measures here), the model cache takes a file and the thread-count variables are readable; else
+    one UsageError line naming the option or variable and the fix."""
+    from perfsuite import precheck
+    from perfsuite.errors import UsageError
+
+    todo = list(items)
+    if cache:
+        path, named_by = precheck.cache_location(None)
+        todo.append((path, named_by, "folder"))
+    try:
+        precheck.check_locations(todo)
+        if cache:
+            precheck.check_thread_env(os.environ)
+    except precheck.PreflightError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_duration(text: str, what: str = "--budget") -> float:

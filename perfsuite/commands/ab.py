@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands._common import parse_duration
+from perfsuite.commands._common import check_locations, parse_duration
 from perfsuite.errors import UsageError
 
 
@@ -142,11 +142,13 @@ def _value(pr: Any, mem: Member) -> float:
 
 # ---------------------------------------------------------------------------------------------------- main
 def main(args: argparse.Namespace) -> int:
+    from perfsuite import precheck
     from perfsuite.gate import sequential
     from perfsuite.gate.policy import PolicyError, load_config
     from perfsuite.progress import Progress
     from perfsuite.worker import pool
 
+    check_locations((args.out, "--out", "folder"), (args.json, "--json", "file"), cache=True)
     budget = parse_duration(args.budget)
     if args.max_pairs < 2:
         raise UsageError("--max-pairs must be >= 2")
@@ -159,6 +161,10 @@ def main(args: argparse.Namespace) -> int:
         tree = _tree(getattr(args, f"{s}_tree"), s)
         python = getattr(args, f"{s}_python") or sys.executable
         sides[s] = pool.Side(tree, python, s.upper(), _env(getattr(args, f"{s}_env"), s))
+        try:
+            precheck.check_thread_env(sides[s].environ())
+        except precheck.PreflightError as exc:
+            raise UsageError(f"side {s.upper()}: {exc}") from None
     plan_args = {"profile": args.profile, "backend": args.backend, "model": args.model, "device": args.device,
                  "cells": args.cells}
     plans = {}
@@ -216,6 +222,10 @@ def main(args: argparse.Namespace) -> int:
                 break
         else:
             stop_reason = "max-pairs"
+    except KeyboardInterrupt:  # keep the pairs measured so far; a pair cut in half is not one
+        stop_reason = "interrupted"
+        for m, d in zip(members, [sequential.decide(m.cs, tau, eps) for m in members], strict=True):
+            m.kind, m.note = d.kind, d.note
     finally:
         for pl in pools.values():
             pl.close()
@@ -233,11 +243,17 @@ def main(args: argparse.Namespace) -> int:
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
               "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin, "budget_s": budget,
-              "elapsed_s": elapsed, "stopped": stop_reason, "pairs": pairs, "verdicts": rows}
+              "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
+              "pairs": pairs, "verdicts": rows}
     if out_dir is not None:
         (out_dir / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+    if stop_reason == "interrupted":
+        kept = [str(p) for p in (args.json, out_dir and out_dir / "pairs.jsonl") if p]
+        print(f"perfsuite ab: interrupted after {n_pairs} pair(s) per cell; the table above is what they show"
+              + (f"; wrote {', '.join(kept)}" if kept else " (pass --json FILE to keep them)"), file=sys.stderr)
+        return 130
     if any(r["verdict"] == "regression" for r in rows):
         return 1
     if args.fail_on_inconclusive and any(r["verdict"] == "inconclusive" for r in rows):
@@ -255,13 +271,10 @@ def _runner_class(device: str) -> str | None:
 
 
 def _side_facts(side: Any) -> dict[str, Any]:
-    import subprocess
+    from perfsuite.external import run_tool
 
-    try:
-        commit = subprocess.run(["git", "-C", str(side.tree), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    git = run_tool(["git", "-C", str(side.tree), "rev-parse", "HEAD"], 10)
+    commit = git.stdout.strip() or None if git.ok else None
     return {"tree": str(side.tree), "python": side.python, "commit": commit}
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.commands._common import parse_duration
+from perfsuite.commands._common import check_locations, parse_duration
 from perfsuite.errors import UsageError
 
 
@@ -53,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
     from perfsuite.worker import pool
     from perfsuite.worker.job import METRICS, cell_from_dict, make_job
 
+    check_locations((args.json, "--json", "file"), cache=True)
     if args.runs < 2:
         raise UsageError("--runs must be >= 2 (between-run noise needs two runs)")
     gap = parse_duration(args.gap, "--gap") if args.gap not in ("0", "0s") else 0.0

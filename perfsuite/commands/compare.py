@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from perfsuite.commands._common import check_locations
 from perfsuite.errors import UsageError
 from perfsuite.gate import load, report, values
 from perfsuite.gate.policy import PolicyError, load_config
@@ -36,6 +37,7 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    check_locations((args.json, "--json", "file"))
     try:
         config = load_config(args.config, alpha=args.alpha, baseline_runs=args.baseline_runs)
         base = load.load_runs(args.base)

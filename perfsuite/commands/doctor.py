@@ -33,7 +33,8 @@ def main(args: argparse.Namespace) -> int:
     if args.device not in doctor.DEVICES:
         raise UsageError(f"--device {args.device!r} is not one of {', '.join(doctor.DEVICES)} "
                          "(a ROCm GPU is 'cuda' in torch)")
-    report = doctor.collect(args.device, use_torch=not args.no_torch)
+    report = doctor.collect(args.device, use_torch=not args.no_torch,
+                            on_slow=lambda line: print(f"perfsuite doctor: {line}", file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, default=str))
     else:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import changepoint as cpd
+from perfsuite.commands._common import check_locations
 from perfsuite.errors import UsageError
 
 
@@ -103,6 +104,7 @@ def main(args: argparse.Namespace) -> int:
     if action is None:
         args.history_parser.print_help()
         return 2
+    check_locations((getattr(args, "out", None), "--out", "file"), (getattr(args, "json", None), "--json", "file"))
     if action == "ingest":
         return _ingest(args)
     if action == "migrate":
@@ -131,6 +133,9 @@ def _ingest(args: argparse.Namespace) -> int:
         print(f"added run {rid}: {path}")
     for path, rid in rep.duplicates:
         print(f"already there (run {rid}): {path}")
+    for path, where in rep.dropped:
+        print(f"perfsuite history: {path}: dropped {sum(where.values())} non-finite value(s) (NaN/inf): "
+              + ", ".join(f"{k} {n}" for k, n in where.items()), file=sys.stderr)
     print(f"{db.path}: {len(rep.added)} added, {len(rep.duplicates)} already there, {total} runs in all")
     return 0
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from perfsuite.commands._common import check_locations
 from perfsuite.errors import UsageError
 
 DEFAULT_BACKENDS = "torch,torch-compile,onnxruntime-cpu"
@@ -112,6 +113,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(r.as_dict(), indent=1, default=str))
         return 0 if r.status == "pass" else 1
 
+    check_locations((Path(args.out), "--out", "folder"))
     ops = registry.public_ops() if args.ops == "all" else _csv(args.ops)
     unknown_ops = [o for o in ops if o not in registry.public_ops()]
     if unknown_ops:

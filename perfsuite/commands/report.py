@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import changepoint as cpd
+from perfsuite.commands._common import check_locations
 from perfsuite.errors import UsageError
 
 
@@ -47,8 +48,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("the HTML report needs matplotlib: pip install 'perfsuite[report]'") from None
     from perfsuite import history, report
 
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out}: exists and is not a folder")
+    check_locations((args.out, "--out", "folder"))
     db = None
     if not args.no_history:
         db = history.open_history(history.resolve_db(args.db), readonly=True, lock_timeout_s=args.lock_timeout)

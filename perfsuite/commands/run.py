@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import baselines, runner_class
-from perfsuite.commands._common import project_root
+from perfsuite.commands._common import check_locations, project_root
 
 
 def register(sub: Any) -> None:
@@ -29,7 +29,14 @@ def register(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     root = project_root()
-    out = args.json or Path(tempfile.mkdtemp(prefix="perfsuite-")) / "run.json"
+    check_locations((args.json, "--json", "file"))
+    if args.json:
+        return _run(root, args, args.json)
+    with tempfile.TemporaryDirectory(prefix="perfsuite-") as tmp:  # the run's JSON, read below, then gone
+        return _run(root, args, Path(tmp) / "run.json")
+
+
+def _run(root: Path, args: argparse.Namespace, out: Path) -> int:
     cmd = [sys.executable, "-m", "pytest", str(root / "tests" / "perf"), "-q", f"--benchmark-json={out}",
            f"--perf-device={args.device}"]
     for flag, value in (("--perf-profile", args.profile), ("--perf-backend", args.backend),

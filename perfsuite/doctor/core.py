@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,11 +98,35 @@ def runtime_facts(host: Host, sources: list[SourceResult]) -> dict[str, Any]:
     return out
 
 
-def collect(device: str = "auto", host: Host | None = None, use_torch: bool = True) -> Report:
-    """Everything the doctor reports. ``use_torch=False`` skips importing torch (its arch list is then unknown)."""
+def _tool_probes(host: Host, on_slow: Callable[[str], None] | None) -> dict[str, SourceResult]:
+    """The command-line tools, run concurrently: a hanging one costs one timeout, not one each."""
+    from perfsuite.external import kill_all
+
+    probes = {"amd-smi": amd_smi_cli.probe, "rocminfo": rocminfo.probe, "rocm-smi": rocm_smi.probe,
+              "nvidia-smi": nvidia_smi.probe}
+    pool = ThreadPoolExecutor(len(probes), thread_name_prefix="doctor-tool")
+    try:
+        futures = {name: pool.submit(fn, host) for name, fn in probes.items()}
+        _, pending = wait(futures.values(), timeout=2.0)
+        if pending and on_slow:
+            slow = [n for n, f in futures.items() if f in pending]
+            on_slow(f"waiting for {', '.join(slow)} (up to {host.timeout_s:g} s each, all at once)")
+        return {name: f.result() for name, f in futures.items()}
+    except BaseException:  # Ctrl-C: the tools' process groups go with us
+        kill_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def collect(device: str = "auto", host: Host | None = None, use_torch: bool = True,
+            on_slow: Callable[[str], None] | None = None) -> Report:
+    """Everything the doctor reports. ``use_torch=False`` skips importing torch (its arch list is then unknown);
+    ``on_slow`` hears one line when the tools take more than 2 s."""
     host = host or Host()
-    sources = [amdsmi_lib.probe(), amd_smi_cli.probe(host), rocminfo.probe(host), rocm_smi.probe(host),
-               kfd.probe(host), nvml.probe(), nvidia_smi.probe(host)]
+    tools = _tool_probes(host, on_slow)
+    sources = [amdsmi_lib.probe(), tools["amd-smi"], tools["rocminfo"], tools["rocm-smi"], kfd.probe(host),
+               nvml.probe(), tools["nvidia-smi"]]
     build_info: dict[str, Any] = {}
     if use_torch:
         t = torch_probe.probe()
@@ -130,6 +156,11 @@ def assess(r: Report) -> list[Finding]:
             out.append(Finding("error", "device", f"--device cuda, but no GPU was found ({tried})", fix))
         else:
             out.append(Finding("ok", "device", "no GPU: the CPU cells run here (--perf-device cpu)"))
+    for s in r.sources:
+        if s.status == "error":  # installed but hung, failed or garbled: its facts are missing, say so
+            said = s.detail if s.detail.startswith(s.name) else f"{s.name}: {s.detail}"
+            out.append(Finding("warn", "source", said, "its facts are missing from this report; "
+                               f"run {s.name} by hand to see what is wrong"))
     out += _access_findings(r, bool(amd), bool(nv))
     out += _override_findings(r, amd)
     for g in amd:

@@ -5,21 +5,17 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from perfsuite.external import run_tool
+
 
 def _run(cmd: list[str], timeout: float) -> tuple[int, str, str]:
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError as exc:
-        return 127, "", str(exc)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"{cmd[0]} did not answer within {timeout:.0f} s"
-    except OSError as exc:
-        return 126, "", str(exc)
-    return p.returncode, p.stdout, p.stderr
+    """(rc, stdout, stderr); a tool that hung or wrote bytes that are not UTF-8 gives its nonzero rc and the reason
+    as stderr (:func:`perfsuite.external.run_tool`), so each probe reports it as an error."""
+    r = run_tool(cmd, timeout)
+    return (r.rc, "", r.problem) if r.problem else (r.rc, r.stdout, r.stderr)
 
 
 def _read_text(path: str) -> str | None:
@@ -39,7 +35,7 @@ class Host:
     glob: Callable[[str], list[str]] = lambda pattern: sorted(glob.glob(pattern))
     exists: Callable[[str], bool] = os.path.exists
     access: Callable[[str, int], bool] = os.access
-    timeout_s: float = 20.0
+    timeout_s: float = 15.0  # per tool; the doctor runs its tools concurrently
 
     def command(self, *cmd: str) -> tuple[int, str, str]:
         """Run a read-only query tool; (127, "", reason) when it is not installed."""

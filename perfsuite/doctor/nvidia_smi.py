@@ -15,13 +15,19 @@ QUERY = "index,name,memory.total,memory.used,driver_version,compute_cap"
 
 
 def parse_query(text: str) -> list[Gpu]:
+    """ValueError for a row whose field count is not the header's (a truncated or garbled output), so a cut
+    ``memory.total`` of "8" is never reported as a GPU with 8 MiB."""
     rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
     if not rows:
         return []
     header = [h.split(" [")[0].strip() for h in rows[0]]
     gpus: list[Gpu] = []
-    for row in rows[1:]:
-        rec = {h: v.strip() for h, v in zip(header, row, strict=False)}
+    for n, row in enumerate(rows[1:], 1):
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise ValueError(f"row {n} has {len(row)} of {len(header)} fields (truncated output?)")
+        rec = {h: v.strip() for h, v in zip(header, row, strict=True)}
         if not rec.get("name"):
             continue
         total = _mib(rec.get("memory.total"))
@@ -50,5 +56,8 @@ def probe(host: Host) -> SourceResult:
         return SourceResult(NAME, "absent", err)
     if rc != 0:
         return SourceResult(NAME, "error", (err or out).strip()[-200:] or f"exit {rc}")
-    gpus = parse_query(out)
+    try:
+        gpus = parse_query(out)
+    except ValueError as exc:
+        return SourceResult(NAME, "error", f"{NAME}: malformed output, rejected: {exc}")
     return SourceResult(NAME, "ok" if gpus else "empty", "", gpus)

@@ -67,5 +67,7 @@ def render(r: Report) -> list[str]:
         if f.fix:
             lines.append(f"      fix: {f.fix}")
     lines.append("")
-    lines.append("healthy (exit 0)" if r.healthy else "blocking problem found (exit 1)")
+    warned = sum(f.level == "warn" for f in r.findings)
+    lines.append("blocking problem found (exit 1)" if not r.healthy else
+                 f"healthy, with {warned} warning(s) above (exit 0)" if warned else "healthy (exit 0)")
     return lines

@@ -44,6 +44,10 @@ def parse_agents(text: str) -> list[dict[str, str]]:
 
 
 def parse(text: str) -> list[Gpu]:
+    """ValueError for an output that stops before rocminfo's closing ``*** Done ***`` (truncated): a GPU agent cut
+    before its memory pools would otherwise be a device without VRAM."""
+    if _AGENT.search(text) and not re.search(r"^\*+ Done \*+\s*$", text, re.M):
+        raise ValueError("the output ends before rocminfo's closing '*** Done ***' line (truncated?)")
     gpus: list[Gpu] = []
     for a in parse_agents(text):
         if a.get("Device Type") != "GPU":
@@ -82,5 +86,8 @@ def probe(host: Host) -> SourceResult:
         return SourceResult(NAME, "absent", err)
     if rc != 0:
         return SourceResult(NAME, "error", (err or out).strip().splitlines()[-1] if (err or out).strip() else f"exit {rc}")
-    gpus = parse(out)
+    try:
+        gpus = parse(out)
+    except ValueError as exc:
+        return SourceResult(NAME, "error", f"{NAME}: malformed output, rejected: {exc}")
     return SourceResult(NAME, "ok" if gpus else "empty", "", gpus, {"kernel_driver": kernel_driver(out)})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,7 +58,26 @@ def estimate(test: str, policy: Policy, baseline: Sequence[Mapping[str, Any]],
         why = "; ".join(diffs)
         return Comparison(test, policy, None, (), (), f"not compared: measured differently ({why}); record "
                           "baselines with this profile and options (--perf-update-baselines)", incomparable=why)
-    base = list(base)[-config.baseline_runs:]
+    base, left_out = _finite_runs(list(base)[-config.baseline_runs:], policy.metric)
+    comp = _estimate(test, policy, base, currents, config)
+    return dataclasses.replace(comp, note="; ".join(x for x in (*left_out, comp.note) if x)) if left_out else comp
+
+
+def _finite_runs(base: list[Mapping[str, Any]], metric: str) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The baseline runs whose values of ``metric`` are finite, and a note naming each one left out."""
+    kept, notes = [], []
+    for b in base:
+        why = values.nonfinite(b, metric)
+        if why:
+            notes.append(f"left out {b.get('_path') or 'a baseline run'} for {metric}: {why}")
+        else:
+            kept.append(b)
+    return kept, notes
+
+
+def _estimate(test: str, policy: Policy, base: Sequence[Mapping[str, Any]], currents: Sequence[Mapping[str, Any]],
+              config: GateConfig) -> Comparison:
+    current = currents[-1]
     bvals = [values.run_value(b, policy.metric) for b in base]
     cvals = [values.run_value(c, policy.metric) for c in currents]
     if policy.exact:

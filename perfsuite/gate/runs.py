@@ -18,6 +18,8 @@ def index(runs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, list[dict[str, A
     by_name: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         for b in run.get("benchmarks", []):
+            if run.get("_path"):  # the file it came from, named when the gate leaves it out (estimate)
+                b = {**b, "_path": run["_path"]}
             by_full.setdefault(b["fullname"], []).append(b)
             by_name.setdefault(b.get("name") or values.short_name(b["fullname"]), []).append(b)
     return by_full, by_name

@@ -55,6 +55,32 @@ def process_values(bench: Mapping[str, Any], metric: str) -> list[float] | None:
     return out
 
 
+def nonfinite(bench: Mapping[str, Any], metric: str) -> str:
+    """Why this entry's values of ``metric`` cannot be used ("non-finite value(s) ..."), or "" when they can: a NaN
+    or an infinity among the samples behind a latency aggregate, or a non-finite scalar."""
+    lat = _LAT.match(metric)
+    info = bench.get("extra_info") or {}
+    if lat:
+        key = f"{lat.group(2)}_ms"
+        procs = info.get("processes")
+        groups = [p.get("samples") or {} for p in procs] if isinstance(procs, list) and procs else \
+            [info.get("samples") or {}]
+        bad = [sum(not _finite(u) for u in g.get(key) or []) for g in groups]
+        if any(bad):
+            return (f"non-finite value(s) in its {key} samples ({sum(bad)} in {sum(n > 0 for n in bad)} of "
+                    f"{len(groups)} process(es))")
+        return ""
+    v = run_value(bench, metric)
+    return "" if v is None or math.isfinite(v) else f"non-finite value {v}"
+
+
+def _finite(u: Any) -> bool:
+    try:
+        return math.isfinite(float(u))
+    except (TypeError, ValueError):
+        return True  # not a number at all: process_values reports it as missing
+
+
 def trimmed_log_mean(values: Sequence[float]) -> float:
     x = np.sort(np.log(np.asarray(values, dtype=float)))
     k = 1 if x.size >= 5 else 0

@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,12 +63,18 @@ class Parsed:
     results: list[Result] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     payload: str | None = None
+    dropped: Counter[str] = field(default_factory=Counter)  # NaN/inf values left out, by where they were
 
 
 @dataclass(frozen=True)
 class IngestReport:
     added: list[tuple[Path, int]]  # (file, run id)
     duplicates: list[tuple[Path, int]]  # already in the database: (file, its run id)
+    dropped: list[tuple[Path, dict[str, int]]] = field(default_factory=list)  # (file, {where: count}) NaN/inf
+
+
+def _nonfinite(v: Any) -> bool:
+    return isinstance(v, float) and not math.isfinite(v)
 
 
 def _num(v: Any) -> float | None:
@@ -93,7 +100,7 @@ def _utc(text: Any, path: Path) -> str:
     return t.astimezone(dt.timezone.utc).isoformat(timespec="microseconds")
 
 
-def _process_points(processes: Any) -> list[tuple[str, int, float]]:
+def _process_points(processes: Any, dropped: Counter[str]) -> list[tuple[str, int, float]]:
     out: list[tuple[str, int, float]] = []
     if not isinstance(processes, list):
         return out
@@ -103,12 +110,14 @@ def _process_points(processes: Any) -> list[tuple[str, int, float]]:
         names = set()
         for k, v in proc.items():
             f = _num(v)
+            dropped[f"processes[].{k}"] += _nonfinite(v) and bool(_VALUE.match(k))
             if f is not None and _VALUE.match(k):
                 out.append((k, i, f))
                 names.add(k)
         samples = proc.get("samples")
         if isinstance(samples, Mapping):
             for k, vals in samples.items():
+                dropped[f"processes[].samples.{k}"] += sum(map(_nonfinite, vals)) if isinstance(vals, list) else 0
                 xs = [x for x in (_num(v) for v in vals) if x is not None] if isinstance(vals, list) else []
                 name = f"median_{k}"
                 if xs and name not in names and _VALUE.match(name):
@@ -152,9 +161,12 @@ def _parse_run(path: Path, data: dict[str, Any], sha: str) -> Parsed:
                    info.get("measured_by"))
         for k, v in info.items():
             f = _num(v)
+            p.dropped[k] += _nonfinite(v) and bool(_VALUE.match(k))
             if f is not None and _VALUE.match(k):
                 r.points.append((k, -1, f))
-        r.points += _process_points(info.get("processes"))
+        for k, vals in (r.samples or {}).items():
+            p.dropped[f"samples.{k}"] += sum(map(_nonfinite, vals)) if isinstance(vals, list) else 0
+        r.points += _process_points(info.get("processes"), p.dropped)
         p.results.append(r)
     return p
 
@@ -288,4 +300,6 @@ def ingest(db: History, paths: Sequence[Path], *, runner_class: str | None = Non
                              (run_id, i, v.get("test") or v.get("cell"), v.get("metric"),
                               v.get("kind") or v.get("verdict"), ratio, _dumps(v)))
             added.append((p.path, run_id))
-    return IngestReport(added, dups)
+    new = {path for path, _ in added}
+    dropped = [(p.path, {k: n for k, n in p.dropped.items() if n}) for p in parsed if +p.dropped and p.path in new]
+    return IngestReport(added, dups, dropped)

@@ -44,6 +44,7 @@ def _child(req: dict[str, Any], reply_fd: int) -> None:
     """In the forked child: detach from the protocol pipes, run, exit without running the zygote's cleanup."""
     code = 70
     try:
+        os.setsid()  # a process group of its own: the coordinator kills it whole (timeout, Ctrl-C)
         os.close(reply_fd)
         log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 1)

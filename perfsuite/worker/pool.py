@@ -3,9 +3,11 @@ interpreter, hand them jobs one at a time, collect what they measured. Nothing i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from perfsuite.external import CANNOT_RUN, NOT_FOUND, TIMED_OUT, run_tool
 from perfsuite.worker.job import PROTOCOL, ProcessResult
 
 
@@ -54,14 +57,13 @@ def probe(side: Side, modules: tuple[str, ...] = (), timeout_s: float = 300) -> 
     if not Path(side.python).exists() and "/" in side.python:
         raise SideError(f"{name}: interpreter {side.python} does not exist; pass an existing python (e.g. "
                         f"{side.tree}/.venv/bin/python)")
-    try:
-        proc = subprocess.run([side.python, "-m", "perfsuite.worker", "probe", *modules], cwd=side.tree,
-                              env=side.environ(),
-                              capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise SideError(f"{name}: cannot run {side.python}: {exc}") from None
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    proc = run_tool([side.python, "-m", "perfsuite.worker", "probe", *modules], timeout_s, cwd=side.tree,
+                    env=side.environ())
+    if proc.rc in (NOT_FOUND, CANNOT_RUN, TIMED_OUT) and proc.problem:
+        raise SideError(f"{name}: cannot run {side.python}: {proc.problem}")
+    if proc.rc != 0:
+        tail = proc.problem or (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        _raise_if_syntax(name, side, tail)
         raise SideError(f"{name}: {side.python} cannot run perfsuite's worker from {side.tree} ({tail}); install "
                         f"perfsuite's dependencies into that interpreter (scripts/install.sh) or pass another python")
     try:
@@ -76,12 +78,32 @@ def probe(side: Side, modules: tuple[str, ...] = (), timeout_s: float = 300) -> 
     bad = dict(facts.get("import_errors") or {})
     if bad:
         mod, err = next(iter(bad.items()))
+        _raise_if_syntax(name, side, err)
         raise SideError(f"{name}: {side.python} cannot import {mod} ({err}); install perfsuite's dependencies into "
                         "that interpreter (scripts/install.sh) or pass another --a-python/--b-python")
     if facts.get("protocol") != PROTOCOL:
         raise SideError(f"{name}: worker protocol {facts.get('protocol')} in {side.tree}, this perfsuite speaks "
                         f"{PROTOCOL}; update that tree")
     return facts
+
+
+_SYNTAX = ("SyntaxError", "IndentationError", "TabError")
+
+
+def _raise_if_syntax(name: str, side: Side, text: str) -> None:
+    """A tree that does not compile is that tree's bug, not a missing dependency: name the file and line (found by
+    compiling the tree's package here, whatever the side's interpreter printed) and that fix."""
+    if not any(t in text for t in _SYNTAX):
+        return
+    for f in sorted((side.tree / "perfsuite").rglob("*.py")):
+        try:
+            compile(f.read_bytes(), str(f), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise SideError(f"{name}: {f}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}; fix the syntax error "
+                            "in that tree") from None
+        except (OSError, ValueError):
+            continue
+    raise SideError(f"{name}: {text}; fix the syntax error in {side.tree}")
 
 
 def _signal_text(status: int) -> str:
@@ -106,6 +128,9 @@ class Pool:
 
     def __init__(self, side: Side, workdir: Path | None = None, preload: tuple[str, ...] = ()) -> None:
         self.side = side
+        # A folder of our own making goes on close() unless a failure (named with it) or a cProfile file keeps it.
+        self._owned = workdir is None
+        self.keep = False
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="perfsuite-workers-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.preload = preload
@@ -120,7 +145,7 @@ class Pool:
         log = open(self.workdir / f"zygote{self.side.label}.log", "a")
         self._zygote = subprocess.Popen([self.side.python, "-m", "perfsuite.worker", "serve"], cwd=self.side.tree,
                                         env=self.side.environ(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=log, text=True, bufsize=1)
+                                        stderr=log, text=True, bufsize=1, start_new_session=True)
         log.close()
         self._sel = selectors.DefaultSelector()
         assert self._zygote.stdout is not None
@@ -157,6 +182,20 @@ class Pool:
 
     # ------------------------------------------------------------------------------------------------- jobs
     def measure(self, job: dict[str, Any], *, fork: bool = True, timeout_s: float = 1800) -> ProcessResult:
+        res = self.adopt(self._measure(job, fork, timeout_s))
+        if res.error and self._owned:
+            self.keep = True
+            res = dataclasses.replace(res, error=f"{res.error} (worker files kept in {self.workdir})")
+        return res
+
+    def adopt(self, res: ProcessResult) -> ProcessResult:
+        """A result whose files live in this pool's folder (also one measured in-process there): a cProfile file
+        keeps the folder, pytest-benchmark reads it after the pool has closed."""
+        if any(m.cprofile_path for m in res.metrics.values()):
+            self.keep = True
+        return res
+
+    def _measure(self, job: dict[str, Any], fork: bool, timeout_s: float) -> ProcessResult:
         self._count += 1
         stem = f"{self.side.label or 'w'}{self._count:04d}"
         job_path, out, log = (self.workdir / f"{stem}.job.json", self.workdir / f"{stem}.out.json",
@@ -196,11 +235,11 @@ class Pool:
         try:
             msg = self._recv(timeout_s=timeout_s)
             if msg is None:
-                _kill(pid)
+                _killpg(pid)
                 msg = self._recv(timeout_s=60)
             return pid, int((msg or {}).get("status", -9))
         except BaseException:
-            _kill(pid)
+            _killpg(pid)  # the child leads a process group of its own (worker serve)
             raise
         finally:
             self.current_pid = None
@@ -224,6 +263,13 @@ class Pool:
             self.current_pid = None
 
     def close(self) -> None:
+        try:
+            self._close_zygote()
+        finally:
+            if self._owned and not self.keep:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _close_zygote(self) -> None:
         z, self._zygote = self._zygote, None
         if z is None:
             return
@@ -232,8 +278,12 @@ class Pool:
                 self._send_quiet(z)
                 z.wait(timeout=10)
         except (subprocess.TimeoutExpired, OSError):
-            z.kill()
+            _killpg(z.pid)
             z.wait()
+        except BaseException:  # Ctrl-C while it says goodbye
+            _killpg(z.pid)
+            z.wait()
+            raise
         finally:
             if self._sel is not None:
                 self._sel.close()
@@ -293,13 +343,14 @@ def forkable(backend: str) -> bool:
 
 def plan(side: Side, args: dict[str, Any], timeout_s: float = 300) -> dict[str, Any]:
     """The cells ``side``'s own tree and config select for ``args`` (see ``python -m perfsuite.worker plan``)."""
-    proc = subprocess.run([side.python, "-m", "perfsuite.worker", "plan", json.dumps(args)], cwd=side.tree,
-                          env=side.environ(), capture_output=True, text=True, timeout=timeout_s)
+    proc = run_tool([side.python, "-m", "perfsuite.worker", "plan", json.dumps(args)], timeout_s, cwd=side.tree,
+                    env=side.environ())
     name = f"side {side.label}" if side.label else "worker"
     try:
         out = dict(json.loads(proc.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = proc.problem or (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        _raise_if_syntax(name, side, tail)
         raise SideError(f"{name}: {side.python} cannot list the cells of {side.tree} ({tail})") from None
     if "error" in out:
         raise SideError(f"{name} ({side.tree}): {out['error']}")

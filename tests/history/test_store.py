@@ -259,3 +259,16 @@ def test_cli_ingest_show_export_and_errors(tmp_path: Path, capsys: pytest.Captur
     # six points are needed for a change point; one is there
     assert cli(["history", "changepoints", "--db", db]) == 0
     assert "too short for detection: 1 point(s); change-point detection needs at least 6" in capsys.readouterr().out
+
+
+def test_ingest_names_the_nonfinite_values_it_drops(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = load_real()
+    info = data["benchmarks"][0]["extra_info"]
+    info["median_ttft_ms"] = float("nan")
+    info["samples"]["ttft_ms"][:2] = [float("inf"), float("-inf")]
+    info["processes"] = [{"samples": {"ttft_ms": [1.0, float("nan"), 2.0]}}]
+    bad = write(tmp_path, "nan.json", data)
+    assert cli(["history", "ingest", "--db", str(tmp_path / "h.sqlite"), str(bad)]) == 0
+    err = capsys.readouterr().err
+    assert (f"perfsuite history: {bad}: dropped 4 non-finite value(s) (NaN/inf): median_ttft_ms 1, "
+            "samples.ttft_ms 2, processes[].samples.ttft_ms 1") in err, err

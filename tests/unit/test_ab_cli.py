@@ -128,6 +128,27 @@ def test_bad_env(trees: tuple[Path, Path], capsys: pytest.CaptureFixture, item: 
     assert "--b-env" in one_line_error(capsys)
 
 
+def test_a_thread_count_the_runtimes_would_ignore(trees: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
+    a, b = trees
+    assert cli(["ab", "--a", str(a), "--b", str(b), "--b-env", "OMP_NUM_THREADS=abc"]) == 2
+    assert "side B: OMP_NUM_THREADS='abc': not a thread count" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("module", ["perfsuite/backends/torch_backend.py", "perfsuite/worker/job.py",
+                                    "perfsuite/config.py"])
+def test_a_syntax_error_in_a_tree_names_file_line_and_fix(trees: tuple[Path, Path], tmp_path: Path, module: str,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    a, _ = trees
+    b = make_tree(tmp_path / "b")
+    src = (b / module).read_text().splitlines(keepends=True)
+    src.insert(20, "def broken(:\n")
+    (b / module).write_text("".join(src))
+    assert cli(["ab", "--a", str(a), "--b", str(b)]) == 2
+    err = one_line_error(capsys)
+    assert f"side B: {b / module}, line 21: SyntaxError" in err and "fix the syntax error in that tree" in err, err
+    assert "install" not in err
+
+
 def test_no_cell_selected(trees: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
     a, b = trees
     assert cli(["ab", "--a", str(a), "--b", str(b), "--cells", "vllm-*"]) == 2

@@ -45,6 +45,15 @@ def test_rocminfo_mi250x_gpu_agent() -> None:
     assert rocminfo.kernel_driver(_text("rocminfo_mi250x_rocm57.txt")) is None  # "ROCk module is loaded" (5.x)
 
 
+def test_rocminfo_truncated_output_is_rejected() -> None:
+    text = _text("rocminfo_mi250x_rocm57.txt")
+    cut = text[:text.index("Pool Info:", text.index("Device Type:             GPU"))]  # cut before its VRAM
+    with pytest.raises(ValueError, match="ends before"):
+        rocminfo.parse(cut)
+    r = rocminfo.probe(Host(run=lambda cmd, timeout: (0, cut, ""), which=lambda n: f"/opt/rocm/bin/{n}"))
+    assert (r.status, r.gpus) == ("error", []) and "malformed output" in r.detail
+
+
 def test_rocminfo_agents_keep_cpu_agents_apart() -> None:
     agents = rocminfo.parse_agents(_text("rocminfo_mi250x_rocm57.txt"))
     assert [(a["_agent"], a["Device Type"]) for a in agents] == [("1", "CPU"), ("5", "GPU")]
@@ -144,6 +153,19 @@ def test_nvidia_smi_query_by_header_names() -> None:
     assert (g.vendor, g.name, g.driver, g.index) == ("nvidia", "NVIDIA H100 80GB HBM3", "535.161.07", 0)
     assert g.vram_bytes == 81559 * 2**20 and g.extra["vram_used_bytes"] == 3 * 2**20
     assert g.arch is None  # this query had no compute_cap column
+
+
+def test_nvidia_smi_truncated_row_is_rejected_not_a_device() -> None:
+    text = _text("nvidia_smi_query_h100.csv")
+    cut = text.index(", 81559,") + len(", 8")  # the capture cut inside memory.total: "8" MiB and nothing after
+    with pytest.raises(ValueError, match=r"row 1 has 18 of 39 fields"):
+        nvidia_smi.parse_query(text[:cut])
+
+    def run(cmd: list[str], timeout: float) -> tuple[int, str, str]:
+        return 0, text[:cut], ""
+
+    r = nvidia_smi.probe(Host(run=run, which=lambda n: f"/usr/bin/{n}"))
+    assert (r.status, r.gpus) == ("error", []) and r.detail.startswith("nvidia-smi: malformed output"), r
 
 
 # ----------------------------------------------------------------------------------- torch arch lists (ROCm)

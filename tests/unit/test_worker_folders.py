@@ -1,0 +1,51 @@
+"""``perfsuite-workers-*`` folders in the temp directory: a pool removes the one it made when it closes, unless a
+failure keeps it, and then the failure names it."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from perfsuite.worker import pool
+
+
+@pytest.fixture
+def tmpdir_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_a_measuring_pool_leaves_no_folder(tmpdir_here: Path) -> None:
+    with pool.Pool(pool.this_side()) as workers:
+        job = {"kind": "peaks", "device": "cpu", "dtype": "float32", "index": 0, "label": "peaks"}
+        pr = workers.measure(job, fork=True, timeout_s=300)
+        assert pr.error is None and workers.workdir.parent == tmpdir_here
+    assert not list(tmpdir_here.glob("perfsuite-workers-*"))
+
+
+def test_a_failure_keeps_the_folder_and_names_it(tmpdir_here: Path) -> None:
+    with pool.Pool(pool.this_side()) as workers:
+        pr = workers.measure({"kind": "cell", "index": 0, "label": "x"}, fork=True, timeout_s=300)
+    [kept] = tmpdir_here.glob("perfsuite-workers-*")
+    assert pr.error and pr.error.endswith(f"(worker files kept in {kept})"), pr.error
+    assert list(kept.glob("*.log"))
+
+
+def test_a_folder_given_by_the_caller_is_never_removed(tmp_path: Path) -> None:
+    given = tmp_path / "workers-a"
+    with pool.Pool(pool.this_side(), given):
+        pass
+    assert given.is_dir()
+
+
+def test_a_cprofile_file_keeps_the_folder_for_pytest_benchmark(tmpdir_here: Path) -> None:
+    """In-process (--perf-workers 0) results are adopted too: the profile is read after the pool closed."""
+    from perfsuite.worker.job import MetricResult, ProcessResult
+
+    with pool.Pool(pool.this_side()) as workers:
+        prof = workers.workdir / "cprofile-0-tpot.prof"
+        prof.write_bytes(b"")
+        workers.adopt(ProcessResult(0, 1, "", {"tpot": MetricResult([], {}, 0, [], {}, str(prof))}, {}, 0.0, 0.0, ""))
+    assert prof.is_file()
