@@ -188,6 +188,13 @@ def test_a_working_set_that_fits_the_llc_is_cache_resident_and_has_no_dram_share
     assert with_cache["bandwidth_efficiency_measured"] == pytest.approx(out["achieved_bandwidth_bytes_per_s"] / 200e9)
 
 
+def test_an_llc_copy_slower_than_the_dram_copy_is_no_reference() -> None:
+    """Seen on the loaded 2-core VM (load 11): the LLC copy measured 1.17 GB/s against a 15.3 GB/s DRAM copy."""
+    out = _tiny(32 * 2**20, dram=15.3e9, cache=1.17e9)
+    assert out["roofline_bound"] == "cache-resident" and out["bandwidth_efficiency_measured"] is None
+    assert out["bandwidth_above_peak"] is None and "below the DRAM copy's 15.30 GB/s" in out["bandwidth_note"]
+
+
 def test_a_working_set_larger_than_the_llc_is_dram_bound() -> None:
     out = _tiny(8 * 2**20, tpot_ms=2.0)
     assert out["roofline_bound"] == "dram" and out["bandwidth_reference"] == "dram copy"
@@ -196,9 +203,9 @@ def test_a_working_set_larger_than_the_llc_is_dram_bound() -> None:
     assert _tiny(32 * 2**20, device="cuda")["roofline_bound"] == "device-memory"  # a GPU's caches: not this rule
 
 
-@pytest.mark.parametrize("llc, cache", [(8 * 2**20, None), (32 * 2**20, 10e9), (None, None)])
+@pytest.mark.parametrize("llc, cache", [(8 * 2**20, None), (32 * 2**20, 14e9), (None, None)])
 def test_no_share_is_ever_above_one(llc: int | None, cache: float | None) -> None:
-    out = _tiny(llc, cache=cache, tpot_ms=1.0)  # 14.2 GB/s achieved: above both 13 GB/s and 10 GB/s
+    out = _tiny(llc, cache=cache, tpot_ms=1.0)  # 14.2 GB/s achieved: above both 13 GB/s (DRAM) and 14 GB/s (LLC)
     assert out["bandwidth_efficiency_measured"] is None
     above = out["bandwidth_above_peak"]
     assert above["ratio"] > 1 and "no share is given" in above["reason"] and "is above the" in above["reason"]
@@ -211,7 +218,7 @@ def test_cache_bandwidth_is_measured_within_the_llc() -> None:
     m = roofline_cache.measure_cache_bandwidth(32 * 2**20)
     # Loose bounds: a loaded 2-core machine stalls a copy this small by a scheduler slice (< 1 GB/s seen here).
     assert m.nbytes == 8 * 2**20 and "fits the 32 MiB LLC" in m.method and 1e7 < m.value < 1e13
-    assert m.median <= m.value and m.repeats == 30
+    assert m.median <= m.value and m.repeats >= 30
     assert roofline_cache.cache_copy_nbytes(2**20) == 256 * 2**10
     peaks = roofline_cache.peaks(llc_bytes=16 * 2**20)
     assert peaks["llc_bytes"] == 16 * 2**20 and peaks["cache_copy_bandwidth_bytes_per_s"] > 0
