@@ -119,7 +119,7 @@ def decode_fields(device: str, achieved: float, working_set_bytes: float, *, dra
                            "measured_dram_bandwidth_bytes_per_s": dram_bytes_per_s,
                            "measured_cache_bandwidth_bytes_per_s": cache_bytes_per_s if device == "cpu" else None,
                            "bandwidth_efficiency_measured": eff, "bandwidth_above_peak": above}
-    if b == "cache-resident" and stalled:
+    if b == "cache-resident" and stalled and cache_bytes_per_s and dram_bytes_per_s:
         out["bandwidth_note"] = (f"cache-resident, and the LLC copy measured {cache_bytes_per_s / 1e9:.2f} GB/s, below "
                                  f"the DRAM copy's {dram_bytes_per_s / 1e9:.2f} GB/s: the machine was busy when the run "
                                  "started (a descheduled thread stalls a copy this small); no share is given")
