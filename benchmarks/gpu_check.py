@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfsuite import devicemem, doctor, roofline  # noqa: E402
+from perfsuite import devicemem, doctor, roofline, roofline_cache  # noqa: E402
 from perfsuite.doctor.report import render  # noqa: E402
 
 GiB = 2**30
@@ -175,7 +175,7 @@ def check_decode_roofline(torch: Any, lines: list[str], bandwidth: float, flops:
     log(lines, f"[roofline] {model_name} {dtype} b1 p{prompt} n{new}: step {agg['median_itl_ms']:.2f} ms, "
                f"{extra['decode_bytes_per_step'] / 1e9:.3f} GB/step -> "
                f"{extra['achieved_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s = "
-               f"{extra['bandwidth_efficiency_measured']:.1%} of measured"
+               + roofline_cache.share_text(extra)
                + (f", {eff_ds:.1%} of datasheet" if eff_ds else "")
                + f"; prefill {extra['achieved_prefill_flops_per_s'] / 1e12:.3f} TFLOP/s")
     log(lines, f"[roofline] device memory during it: {mem.result.extra_info() or 'not measured (' + str(mem.result.error) + ')'}")

@@ -238,7 +238,8 @@ def _roofline_info(session: PerfSession, cell: Cell, info: dict[str, Any]) -> di
         config = models.resolve(cell.model, session.settings.config.cache_dir, materialize=False).config()
         return roofline.annotate(cell, config, info, peaks.get("copy_bandwidth_bytes_per_s"),
                                  device_name=(info.get("backend_info") or {}).get("device_name"),
-                                 matmul_flops_per_s=peaks.get("matmul_flops_per_s"))
+                                 matmul_flops_per_s=peaks.get("matmul_flops_per_s"), llc_bytes=peaks.get("llc_bytes"),
+                                 cache_bandwidth_bytes_per_s=peaks.get("cache_copy_bandwidth_bytes_per_s"))
     except (OSError, ValueError, KeyError, models.ModelError) as exc:
         return {"roofline_error": f"{type(exc).__name__}: {exc}"}
 

@@ -28,71 +28,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.roofline_datasheet import DATASHEET, DeviceSpec, datasheet
+
+__all__ = ["DATASHEET", "DeviceSpec", "ModelShape", "annotate", "datasheet", "measure_peaks"]
+
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "float8": 1, "fp8": 1}
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    name: str
-    bandwidth_bytes_per_s: float
-    peak_flops_per_s: dict[str, float]  # dense, by dtype of the matmul
-    source: str
-    note: str = ""
-
-
-# Datasheet figures (dense, no sparsity). Matching is by substring of the device name torch/rocminfo reports, in
-# this order (the first match wins: "MI250X/MI250" before "MI250X" before "MI250").
-DATASHEET: tuple[tuple[str, DeviceSpec], ...] = (
-    ("MI325X", DeviceSpec("AMD Instinct MI325X", 6.0e12, {"float16": 1307.4e12, "bfloat16": 1307.4e12,
-                                                          "float32": 163.4e12},
-                          "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html")),
-    ("MI300X", DeviceSpec("AMD Instinct MI300X", 5.3e12, {"float16": 1307.4e12, "bfloat16": 1307.4e12,
-                                                          "float32": 163.4e12},
-                          "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html")),
-    ("MI250X/MI250", DeviceSpec("AMD Instinct MI250X or MI250, one GCD", 1.6384e12, {},
-                                "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html",
-                                "rocminfo names both parts alike: bandwidth is the same, the FLOP peak is not")),
-    ("MI250X", DeviceSpec("AMD Instinct MI250X, one GCD", 1.6384e12, {"float16": 191.5e12, "bfloat16": 191.5e12,
-                                                                      "float32": 47.85e12},
-                          "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html",
-                          "package: 3.2768 TB/s and 383 TFLOPS FP16 over two GCDs")),
-    ("MI250", DeviceSpec("AMD Instinct MI250, one GCD", 1.6384e12, {"float16": 181.05e12, "bfloat16": 181.05e12,
-                                                                    "float32": 45.25e12},
-                         "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250.html",
-                         "package: 3.2768 TB/s and 362.1 TFLOPS FP16 over two GCDs")),
-    ("MI210", DeviceSpec("AMD Instinct MI210", 1.6384e12, {"float16": 181.0e12, "bfloat16": 181.0e12,
-                                                           "float32": 45.3e12},
-                         "https://www.amd.com/en/products/accelerators/instinct/mi200/mi210.html")),
-    ("MI100", DeviceSpec("AMD Instinct MI100", 1.2288e12, {"float16": 184.6e12, "bfloat16": 92.3e12,
-                                                           "float32": 46.1e12},
-                         "https://www.amd.com/en/products/accelerators/instinct/mi100.html")),
-    ("H200", DeviceSpec("NVIDIA H200 SXM", 4.8e12, {"float16": 989.4e12, "bfloat16": 989.4e12, "float32": 66.9e12},
-                        "https://www.nvidia.com/en-us/data-center/h200/", "datasheet 1,979 TFLOPS is with sparsity")),
-    ("H100 PCIe", DeviceSpec("NVIDIA H100 PCIe", 2.0e12, {"float16": 756.0e12, "bfloat16": 756.0e12,
-                                                          "float32": 51.2e12},
-                             "https://www.nvidia.com/en-us/data-center/h100/")),
-    ("H100", DeviceSpec("NVIDIA H100 SXM", 3.35e12, {"float16": 989.4e12, "bfloat16": 989.4e12, "float32": 66.9e12},
-                        "https://www.nvidia.com/en-us/data-center/h100/", "datasheet 1,979 TFLOPS is with sparsity")),
-    ("A100-SXM4-80GB", DeviceSpec("NVIDIA A100 SXM4 80GB", 2.039e12, {"float16": 312e12, "bfloat16": 312e12,
-                                                                       "float32": 19.5e12},
-                                  "https://www.nvidia.com/en-us/data-center/a100/")),
-    ("A100 80GB PCIe", DeviceSpec("NVIDIA A100 80GB PCIe", 1.935e12, {"float16": 312e12, "bfloat16": 312e12,
-                                                                       "float32": 19.5e12},
-                                  "https://www.nvidia.com/en-us/data-center/a100/")),
-    ("A100", DeviceSpec("NVIDIA A100 40GB", 1.555e12, {"float16": 312e12, "bfloat16": 312e12, "float32": 19.5e12},
-                        "https://www.nvidia.com/en-us/data-center/a100/")),
-)
-
-
-def datasheet(device_name: str | None) -> DeviceSpec | None:
-    if not device_name:
-        return None
-    name = device_name.upper()
-    for key, spec in DATASHEET:
-        if key.upper() in name:
-            return spec
-    return None
-
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -294,12 +234,16 @@ def measure_matmul_flops(device: str = "cpu", dtype: str = "float32", n: int | N
                     f"torch.matmul {n}x{n} {dtype} on {device}")
 
 
-def measure_peaks(device: str, dtype: str) -> dict[str, Any]:
-    """What the lead's run start records once per device: copy bandwidth and matmul peak."""
+def measure_peaks(device: str, dtype: str, llc_bytes: int | None = None) -> dict[str, Any]:
+    """What the lead's run start records once per device: copy bandwidth and matmul peak; on the CPU also the LLC
+    size and the copy bandwidth within it (perfsuite.roofline_cache: the reference of cache-resident cells)."""
+    from perfsuite import roofline_cache
+
     bw = measure_copy_bandwidth(device)
     mm = measure_matmul_flops(device, dtype if device != "cpu" or dtype == "float32" else "float32")
+    cache = roofline_cache.peaks(llc_bytes) if device == "cpu" else {}
     return {"copy_bandwidth_bytes_per_s": bw.value, "copy_bandwidth": bw.as_dict(),
-            "matmul_flops_per_s": mm.value, "matmul": mm.as_dict(), "pid": os.getpid()}
+            "matmul_flops_per_s": mm.value, "matmul": mm.as_dict(), **cache, "pid": os.getpid()}
 
 
 # ------------------------------------------------------------------------------------------------------ per cell
@@ -311,14 +255,19 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def annotate(cell: Any, model_config: dict[str, Any], aggregates: dict[str, Any],
              bandwidth_bytes_per_s: float | None, *, device_name: str | None = None,
-             matmul_flops_per_s: float | None = None) -> dict[str, Any]:
+             matmul_flops_per_s: float | None = None, llc_bytes: int | None = None,
+             cache_bandwidth_bytes_per_s: float | None = None) -> dict[str, Any]:
     """``extra_info`` keys of one cell: decode bytes/step, achieved bandwidth and its fraction of the measured and
     datasheet bandwidth (from ``median_itl_ms``, else ``median_tpot_ms``), and prefill FLOP/s against the peaks
     (from ``median_ttft_ms``).
 
     ``cell`` is a :class:`perfsuite.cells.Cell` (its scenario, dtype, quantization, tensor_parallel_size are read).
-    Keys whose inputs are missing are left out; ratios without a reference are None.
+    Keys whose inputs are missing are left out; ratios without a reference are None. A CPU cell whose working set
+    fits ``llc_bytes`` is cache-resident and compared with ``cache_bandwidth_bytes_per_s``; no share is above 1
+    (perfsuite.roofline_cache).
     """
+    from perfsuite import roofline_cache
+
     shape = ModelShape.from_config(model_config)
     sc = cell.scenario
     tp = max(1, int(getattr(cell, "tensor_parallel_size", 1)))
@@ -340,10 +289,13 @@ def annotate(cell: Any, model_config: dict[str, Any], aggregates: dict[str, Any]
             "roofline_step_ms": tpot, "decode_context_tokens": ctx, "decode_weight_bytes": w, "decode_kv_cache_bytes_per_step": kv,
             "decode_bytes_per_step": w + kv, "decode_flops_per_step": decode_flops_per_step(shape, sc.batch_size, ctx),
             "achieved_bandwidth_bytes_per_s": achieved,
-            "measured_bandwidth_bytes_per_s": bandwidth_bytes_per_s,
-            "bandwidth_efficiency_measured": _ratio(achieved, bandwidth_bytes_per_s),
+            # CPU ranks share the socket's LLC: the whole working set decides residency
+            **roofline_cache.decode_fields(getattr(cell, "device", "cpu"), achieved, w + kv,
+                                           dram_bytes_per_s=bandwidth_bytes_per_s,
+                                           cache_bytes_per_s=cache_bandwidth_bytes_per_s, llc_bytes=llc_bytes),
             "datasheet_bandwidth_bytes_per_s": spec.bandwidth_bytes_per_s if spec else None,
-            "bandwidth_efficiency_datasheet": _ratio(achieved, spec.bandwidth_bytes_per_s if spec else None),
+            "bandwidth_efficiency_datasheet": roofline_cache.share(
+                achieved, spec.bandwidth_bytes_per_s if spec else None, "datasheet", w + kv, None)[0],
         })
     ttft = aggregates.get("median_ttft_ms")
     if ttft:
@@ -361,86 +313,17 @@ def annotate(cell: Any, model_config: dict[str, Any], aggregates: dict[str, Any]
 
 
 # ------------------------------------------------------------------------------- a results file, after the fact
-def _cell_from_dict(d: dict[str, Any]) -> Any:
-    from perfsuite.cells import Cell, Scenario
+def annotate_results(results: dict[str, Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """perfsuite.roofline_results.annotate_results: :func:`annotate` for every benchmark of a results file."""
+    from perfsuite import roofline_results
 
-    sc = d["scenario"]
-    return Cell(d["backend"], d["model"], d["dtype"], Scenario(sc["name"], sc["batch_size"], sc["prompt_tokens"],
-                                                               sc["new_tokens"]),
-                device=d.get("device", "cpu"), quantization=d.get("quantization", "none"),
-                tensor_parallel_size=d.get("tensor_parallel_size", 1))
-
-
-def _model_config(cell_dict: dict[str, Any]) -> dict[str, Any]:
-    import json
-    from pathlib import Path
-
-    from perfsuite.models import PRESETS
-
-    model_dir = cell_dict.get("model_dir")
-    if model_dir and (Path(model_dir) / "config.json").is_file():
-        return dict(json.loads((Path(model_dir) / "config.json").read_text()))
-    if cell_dict["model"] in PRESETS:
-        return dict(PRESETS[cell_dict["model"]].config)
-    raise ValueError(f"{cell_dict['model']}: no config.json at {model_dir!r} and not a preset")
-
-
-def annotate_results(results: dict[str, Any], bandwidth_bytes_per_s: float | None,
-                     matmul_flops_per_s: float | None = None, device_name: str | None = None) -> list[dict[str, Any]]:
-    """:func:`annotate` for every benchmark of a pytest-benchmark JSON (``perfsuite run --json``)."""
-    rows = []
-    for b in results.get("benchmarks", []):
-        info = b.get("extra_info", {})
-        if "cell" not in info:
-            continue
-        cell = _cell_from_dict(info["cell"])
-        extra = annotate(cell, _model_config(info["cell"]), info, bandwidth_bytes_per_s, device_name=device_name,
-                         matmul_flops_per_s=matmul_flops_per_s)
-        rows.append({"test": b.get("name"), "cell": cell.id, "metric": info.get("metric"), **extra,
-                     "median_tpot_ms": info.get("median_tpot_ms"), "median_ttft_ms": info.get("median_ttft_ms")})
-    return rows
+    return roofline_results.annotate_results(results, *args, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m perfsuite.roofline RESULTS.json [--bandwidth B/s] [--flops F/s] [--device-name NAME]``: the
-    roofline of each cell in a results file; without --bandwidth / --flops it measures this machine's CPU now."""
-    import argparse
-    import json
+    from perfsuite import roofline_results
 
-    p = argparse.ArgumentParser(prog="python -m perfsuite.roofline")
-    p.add_argument("results")
-    p.add_argument("--bandwidth", type=float, default=None, help="bytes/s (default: measure the CPU copy now)")
-    p.add_argument("--flops", type=float, default=None, help="FLOP/s (default: measure a CPU matmul now)")
-    p.add_argument("--device-name", default=None, help="for the datasheet figures of a GPU run")
-    p.add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
-    with open(a.results) as fh:
-        results = json.load(fh)
-    bw, fl = a.bandwidth, a.flops
-    if bw is None:
-        m = measure_copy_bandwidth("cpu")
-        bw = m.value
-        print(f"measured: {m.method}: best {m.value / 1e9:.2f} GB/s, median {m.median / 1e9:.2f} GB/s")
-    if fl is None:
-        mm = measure_matmul_flops("cpu")
-        fl = mm.value
-        print(f"measured: {mm.method}: best {mm.value / 1e9:.1f} GFLOP/s")
-    rows = annotate_results(results, bw, fl, a.device_name)
-    if a.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    for r in rows:
-        if r.get("achieved_bandwidth_bytes_per_s") is not None and r["metric"] in ("tpot", "e2el"):
-            print(f"{r['test']}: decode {r['decode_bytes_per_step'] / 1e6:.2f} MB/step "
-                  f"(weights {r['decode_weight_bytes'] / 1e6:.2f} MB + KV {r['decode_kv_cache_bytes_per_step'] / 1e6:.3f}"
-                  f" MB at context {r['decode_context_tokens']:.0f}) / step {r['roofline_step_ms']:.3f} ms = "
-                  f"{r['achieved_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s = "
-                  f"{r['bandwidth_efficiency_measured']:.1%} of measured {bw / 1e9:.2f} GB/s")
-        if r.get("achieved_prefill_flops_per_s") is not None and r["metric"] in ("ttft", "e2el"):
-            print(f"{r['test']}: prefill {r['prefill_flops'] / 1e9:.3f} GFLOP / TTFT {r['median_ttft_ms']:.3f} ms = "
-                  f"{r['achieved_prefill_flops_per_s'] / 1e9:.2f} GFLOP/s = "
-                  f"{r['prefill_flops_efficiency_measured']:.1%} of measured matmul {fl / 1e9:.1f} GFLOP/s")
-    return 0
+    return roofline_results.main(argv)
 
 
 if __name__ == "__main__":

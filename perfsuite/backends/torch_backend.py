@@ -39,9 +39,9 @@ class TorchBackend:
             return f"the torch backend has no {self.cell.quantization} path (use onnxruntime-* or vllm cells)"
         if self.cell.tensor_parallel_size != 1:
             return "the torch backend runs on one device; tensor parallelism is a vllm cell"
-        if self.compile and self.cell.device == "cpu" and not _have_compiler():
-            return "torch.compile on the CPU needs a C++ compiler (inductor): install gcc or g++"
-        return None
+        from perfsuite import kernel_probes
+
+        return kernel_probes.unmet(self.cell)  # torch-compile on the CPU: inductor's C++ compiler
 
     def load(self) -> None:
         from transformers import AutoModelForCausalLM
@@ -106,8 +106,3 @@ class TorchBackend:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-
-def _have_compiler() -> bool:
-    import shutil
-
-    return any(shutil.which(c) for c in ("g++", "c++", "clang++", "gcc", "cc"))

@@ -357,7 +357,8 @@ def validate_with_vllm(cell: Cell, kwargs_for: Any) -> str | None:
 
 
 def platform_reason(cell: Cell) -> str | None:
-    """Why vLLM cannot run the cell on this install (library, platform, device count), or None."""
+    """Why vLLM cannot run the cell on this install (library, platform, device count, a kernel the cell needs that
+    this build lacks on this CPU: perfsuite.kernel_probes), or None."""
     try:
         import vllm
     except Exception as exc:  # ImportError, or a broken install raising anything else on import
@@ -383,7 +384,9 @@ def platform_reason(cell: Cell) -> str | None:
                         f"{n} visible (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES)")
     except Exception as exc:
         return f"vllm {getattr(vllm, '__version__', '?')} cannot detect its platform: {exc_message(exc)}"
-    return None
+    from perfsuite import kernel_probes
+
+    return kernel_probes.unmet(cell)  # a kernel this build lacks on this CPU (vllm is imported here anyway)
 
 
 class EngineBackend:

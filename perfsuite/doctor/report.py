@@ -33,6 +33,17 @@ def _build_line(name: str, b: dict[str, Any]) -> str:
     return f"{b.get('dist')} {b.get('version')} (target: {b.get('target')}){archs}"
 
 
+def kernel_rows(kernels: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """One line per kernel probe: name, present/ABSENT/unknown, what the kernel is, what that means for the cells."""
+    word = {True: "present", False: "ABSENT", None: "unknown"}
+    out = []
+    for i, k in enumerate(kernels):
+        src = f", {k['source']}" if k.get("source") != "measured" else ""
+        out.append(("kernels" if i == 0 else "", f"{k['name']}: {word[k.get('present')]} ({k.get('library')}{src}) - "
+                                                  f"{k.get('means')}: {k.get('effect')}; {k.get('detail')}"))
+    return out or [("kernels", "not probed (--no-torch)")]
+
+
 def render(r: Report) -> list[str]:
     c = r.cpu
     lines = [f"perfsuite doctor (device: {r.device})", ""]
@@ -52,6 +63,7 @@ def render(r: Report) -> list[str]:
         rows.append(("runtime", ", ".join(f"{k} {v}" for k, v in r.runtime.items())))
     for name in ("torch", "onnxruntime", "vllm"):
         rows.append((name, _build_line(name, r.builds.get(name) or {})))
+    rows += kernel_rows(r.kernels)
     rows.append(("env", ", ".join(f"{k}={v}" for k, v in r.env.items()) or "no overrides set"))
     a = r.access
     kfd = a.get("kfd", {})

