@@ -41,9 +41,9 @@ def test_without_roofline_keys_the_columns_say_dash() -> None:
 
 
 def test_no_baseline_footnote_names_the_command(tmp_path: Path) -> None:
-    lines = run.footnotes(RESULTS, None, "cpu-intel-xeon-2c", tmp_path / "baselines" / "cpu-intel-xeon-2c",
+    lines = run.footnotes(RESULTS, None, "cpu-intel-xeon-amx-2c", tmp_path / "baselines" / "cpu-intel-xeon-amx-2c",
                           _args(backend="torch", profile="pr"))
-    assert "no baseline for runner class 'cpu-intel-xeon-2c'" in lines[0]
+    assert "no baseline for runner class 'cpu-intel-xeon-amx-2c'" in lines[0]
     assert lines[1].strip() == "perfsuite run --update-baselines --profile pr --backend torch"
 
 
