@@ -186,7 +186,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"  NOT CHARACTERISED {g['op']}/{g['shape_class']}/{g['backend']}/{g['dtype']}: {g['worst']}: "
                   f"{g['detail']}")
     for g in report.fixed:
-        print(f"  FIXED {g['gap']}: all {g['cells_passed']} matching cell(s) pass; delete the entry")
+        fix = ("under injected CPU flags this CPU's kernels ran, not the injected CPU's: keep the entry" if found.env and found.env.cpu_flags_injected
+               else "delete the entry")
+        print(f"  FIXED {g['gap']}: all {g['cells_passed']} matching cell(s) pass; {fix}")
     if (report.new or (args.strict and report.uncharacterised)) and not args.write_known_gaps:
         return 1
     if report.fixed and args.strict_fixed:

@@ -35,6 +35,7 @@ class GapLog:
         self.characterised = True
         self.scope = ""  # GapSet.describe()
         self.features = ""  # GapSet.features: the feature set the gaps were decided for
+        self.injected = False  # decided for PERFSUITE_CPU_FLAGS, not for this CPU
         self.uncharacterised: dict[tuple[str, str, str, str], str] = {}  # cell -> first detail
 
     def note_uncharacterised(self, op: str, backend: str, dtype: str, shape_class: str, detail: str) -> None:
@@ -53,6 +54,7 @@ class GapLog:
 
 
 LOG = GapLog()
+INJECTED_FIX = "under injected CPU flags this CPU's kernels ran, not the injected CPU's: keep the entry"
 
 
 def _runner_class(config: pytest.Config) -> str:
@@ -82,7 +84,7 @@ def ops_gaps(pytestconfig: pytest.Config) -> GapLog:
     except known_gaps.KnownGapsError as exc:
         pytest.fail(f"perfsuite: {exc}", pytrace=False)
     LOG.gaps, LOG.characterised, LOG.scope = list(found.gaps), found.characterised, found.describe()
-    LOG.features = found.features
+    LOG.features, LOG.injected = found.features, bool(found.env and found.env.cpu_flags_injected)
     return LOG
 
 
@@ -97,8 +99,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     tr.write_line(f"{len(LOG.statuses)} (op, backend, dtype, shape class) cells exercised; {len(known)} with a "
                   "non-pass status (known gaps, or failures above)")
     for g in fixed:
-        tr.write_line(f"FIXED known gap {g.label()} ({g.reason}): every matching example passed; delete the entry "
-                      f"from {g.source}")
+        fix = INJECTED_FIX if LOG.injected else f"delete the entry from {g.source}"
+        tr.write_line(f"FIXED known gap {g.label()} ({g.reason}): every matching example passed; {fix}")
     if LOG.uncharacterised:
         tr.write_line(f"not yet characterised on {LOG.features}: {len(LOG.uncharacterised)} non-pass cell(s) that "
                       "no known gap matches, reported, not failed (`perfsuite ops --strict` fails them); review "
