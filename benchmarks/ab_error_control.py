@@ -73,7 +73,7 @@ def trial(rng: np.random.Generator, pool: np.ndarray, pairs: int, shift: np.ndar
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--baselines", default=str(ROOT / "baselines" / "cpu-intel-xeon-2c"))
+    ap.add_argument("--baselines", default=str(ROOT / "baselines" / "cpu-intel-xeon-amx-2c"))
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--pairs", type=int, default=55, help="pair budget per trial (2 min here: 36-58 pairs)")
     ap.add_argument("--shift", type=float, default=0.0, help="true TPOT slowdown of B (0.05 = +5 %%)")

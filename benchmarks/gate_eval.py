@@ -256,7 +256,10 @@ def cmd_reeval(out: Path, overrides: list[str]) -> None:
     from perfsuite import baselines
     from perfsuite.gate import GateSession, parse_config
 
-    base = baselines.read_runs(out / "A" / "baselines" / "cpu-intel-xeon-2c")
+    # the A tree's folder: named with the CPU tier since issue 17, without it in trees checked out before
+    base_dir = next((d for d in (out / "A" / "baselines" / n for n in ("cpu-intel-xeon-amx-2c", "cpu-intel-xeon-2c"))
+                     if d.is_dir()), out / "A" / "baselines" / "cpu-intel-xeon-amx-2c")
+    base = baselines.read_runs(base_dir)
     import tomllib
 
     raw = tomllib.loads((out / "A" / "pyproject.toml").read_text())["tool"]["perfsuite"].get("gate", {})

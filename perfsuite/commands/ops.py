@@ -2,8 +2,9 @@
 
 Writes ``<out>/ops-matrix.md`` and ``<out>/ops-matrix.json``, compares the non-pass cells with the known gaps of
 the runner class (``baselines/known_gaps/{all,<family>,<runner-class>}.toml``, entries whose ``when`` holds here)
-and exits 1 if there is a new gap (0 otherwise; fixed gaps are reported, and fail only with ``--strict-fixed``; a
-runner class with no file of its own or of its family is reported as not yet characterised). Bad input (an
+and exits 1 if there is a new gap (0 otherwise; fixed gaps are reported, and fail only with ``--strict-fixed``).
+On a CPU/GPU feature set that no known-gaps file characterises (``characterised_on``), an unmatched non-pass cell
+is reported as not yet characterised on <features>, not failed; ``--strict`` (the nightly) fails it. Bad input (an
 option, a malformed known-gaps file) is exit 2 with one line. ``--repro '<json>'`` reruns one cell.
 """
 
@@ -48,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-known-gaps", action="store_true", help="write the gaps not covered by all.toml and the "
                    "family file as baselines/known_gaps/<runner-class>.toml (or --known-gaps FILE)")
     p.add_argument("--strict-fixed", action="store_true", help="fail when a known gap is fixed")
+    p.add_argument("--strict", action="store_true", help="fail on a non-pass cell that no known gap matches also "
+                   "on a feature set no known-gaps file characterises (default: reported as not yet characterised)")
     p.add_argument("--repro", default=None, help="rerun one cell: the JSON `repro` of a matrix cell")
     p.add_argument("--list", action="store_true", help="list ops and exit")
     p.add_argument("-q", "--quiet", action="store_true")
@@ -74,7 +77,7 @@ def _runner_class(args: argparse.Namespace) -> str:
             raise UsageError(str(exc)) from None
     try:
         return detect(args.device)[0]
-    except RuntimeError as exc:  # --device cuda without a GPU
+    except (RuntimeError, ValueError) as exc:  # --device cuda without a GPU; a malformed PERFSUITE_CPU_FLAGS
         raise UsageError(str(exc)) from None
 
 
@@ -85,14 +88,19 @@ def _gaps(args: argparse.Namespace, rc: str) -> tuple[Any, Path, list[Any]]:
     try:
         if args.known_gaps:
             path = Path(args.known_gaps)
-            env = known_gaps.environment()
-            gaps = tuple(g for g in known_gaps.load(path) if g.holds(env))
-            return known_gaps.GapSet(rc, gaps, (path,) if path.exists() else (), True, env), path, []
+            env = known_gaps.environment(args.device)
+            entries, on = known_gaps.load_file(path)
+            gaps = tuple(g for g in entries if g.holds(env))
+            # the file given characterises this machine, unless its characterised_on says otherwise
+            ok = on is None or any(known_gaps.conditions_hold(c, env) for c in on)
+            found = known_gaps.GapSet(rc, gaps, (path,) if path.exists() else (), ok, env,
+                                      (path.name,) if ok else (), () if on is None else (path.name,))
+            return found, path, []
         directory = known_gaps.directory_for()
         found = known_gaps.for_runner(rc, directory, env=known_gaps.environment(args.device))
         own = known_gaps.path_for(rc, directory)
         return found, own, [g for g in found.gaps if Path(g.source) != own]
-    except known_gaps.KnownGapsError as exc:
+    except (known_gaps.KnownGapsError, ValueError, RuntimeError) as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -153,6 +161,7 @@ def main(args: argparse.Namespace) -> int:
             "examples_per_class": examples, "seconds": round(seconds, 1), "torch": torch.__version__,
             "onnxruntime": onnxruntime.__version__, "known_gaps_file": ", ".join(map(str, found.files)) or "none",
             "known_gaps_scope": found.describe(), "characterised": found.characterised,
+            "features": found.features, "strict": args.strict,
             "isolate": args.isolate, "backends": cfg.backends, "dtypes": cfg.dtypes}
     cells = matrix.cell_dicts()
     report = known_gaps.evaluate(cells, found.gaps, characterised=found.characterised or args.write_known_gaps)
@@ -172,14 +181,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"  NEW {g['op']}/{g['shape_class']}/{g['backend']}/{g['dtype']}: {g['worst']}: {g['detail']}")
         print(f"      repro: perfsuite ops --repro '{json.dumps(g['repro'])}'")
     if report.uncharacterised:
-        print(f"  runner class {rc} is new, not yet characterised: {len(report.uncharacterised)} non-pass cell(s) "
-              f"reported, not failed; review them, then record the real gaps with --write-known-gaps")
+        print(f"  not yet characterised on {found.features}: {len(report.uncharacterised)} non-pass cell(s) that "
+              f"no known gap matches, {'FAILED (--strict)' if args.strict else 'reported, not failed'}; review "
+              "them, then record the real gaps (--write-known-gaps) and the feature set (characterised_on)")
         for g in report.uncharacterised:
             print(f"  NOT CHARACTERISED {g['op']}/{g['shape_class']}/{g['backend']}/{g['dtype']}: {g['worst']}: "
                   f"{g['detail']}")
     for g in report.fixed:
-        print(f"  FIXED {g['gap']}: all {g['cells_passed']} matching cell(s) pass; delete the entry")
-    if report.new and not args.write_known_gaps:
+        fix = ("under injected CPU flags this CPU's kernels ran, not the injected CPU's: keep the entry" if found.env and found.env.cpu_flags_injected
+               else "delete the entry")
+        print(f"  FIXED {g['gap']}: all {g['cells_passed']} matching cell(s) pass; {fix}")
+    if (report.new or (args.strict and report.uncharacterised)) and not args.write_known_gaps:
         return 1
     if report.fixed and args.strict_fixed:
         return 1

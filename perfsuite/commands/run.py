@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,11 @@ def _run(root: Path, args: argparse.Namespace, out: Path) -> int:
     print()
     for line in table(current, base):
         print(line)
-    for line in footnotes(current, base, rc_name, base_dir, args) + roofline_notes(current):
+    legacy = None  # this machine's runs under its pre-tier class name: name them rather than suggest recording anew
+    if base_dir is not None and not has_baseline and not (args.runner_class or os.environ.get("PERFSUITE_RUNNER_CLASS")):
+        legacy = baselines.legacy_folder(base_dir.parent, str(rc_name),
+                                         {**runner_class.detect("cpu")[1], "detected_runner_class": rc_name})
+    for line in footnotes(current, base, rc_name, base_dir, args, legacy) + roofline_notes(current):
         print(line)
     return code
 
@@ -67,8 +72,6 @@ def _run(root: Path, args: argparse.Namespace, out: Path) -> int:
 def _baseline_dir(root: Path, args: argparse.Namespace) -> tuple[str | None, Path | None]:
     """This machine's baseline folder as the plugin will see it: the class from --runner-class, else
     PERFSUITE_RUNNER_CLASS, else detected; validated; inside [tool.perfsuite] baselines_dir."""
-    import os
-
     from perfsuite import config as cfg
     from perfsuite.errors import UsageError
 
@@ -144,13 +147,15 @@ def roofline_notes(current: dict[str, Any]) -> list[str]:
 
 
 def footnotes(current: dict[str, Any], base: dict[str, Any] | None, runner_class_name: str | None,
-              base_dir: Path | None, args: argparse.Namespace) -> list[str]:
-    """Why a Δ column shows "—", and the command that fixes it."""
+              base_dir: Path | None, args: argparse.Namespace, legacy: Path | None = None) -> list[str]:
+    """Why a Δ column shows "—", and the command that fixes it (``legacy``: this machine's old-style folder)."""
     record = "perfsuite run --update-baselines" + "".join(
         f" {flag} {v}" for flag, v in (("--profile", args.profile), ("--backend", args.backend),
                                        ("--model", args.model), ("--device", args.device if args.device != "cpu"
                                                                  else None),
                                        ("--runner-class", args.runner_class)) if v)
+    if base is None and legacy is not None and runner_class_name:
+        return [f"Δ: — because {baselines.legacy_message(legacy, runner_class_name)}."]
     if base is None:
         if args.update_baselines:
             return [f"Δ: this run is being recorded as the baseline of {runner_class_name}; the next run compares "

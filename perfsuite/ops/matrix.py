@@ -97,8 +97,9 @@ class Matrix:
         if gaps is not None:
             sections = [("New gaps (fail the run)", gaps.new), ("Known gaps", gaps.known)]
             if gaps.uncharacterised:
-                sections.insert(1, ("Not yet characterised (runner class without known-gaps file; not failed)",
-                                    gaps.uncharacterised))
+                fails = "failed: --strict" if meta.get("strict") else "not failed without --strict"
+                sections.insert(1, (f"Not yet characterised on {meta.get('features', 'this feature set')} (no "
+                                    f"known-gaps file characterises it; {fails})", gaps.uncharacterised))
             for title, items in sections:
                 lines += ["", f"## {title}: {len(items)}", ""]
                 for g in items:

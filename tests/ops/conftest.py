@@ -34,6 +34,8 @@ class GapLog:
         self.runner_class = ""
         self.characterised = True
         self.scope = ""  # GapSet.describe()
+        self.features = ""  # GapSet.features: the feature set the gaps were decided for
+        self.injected = False  # decided for PERFSUITE_CPU_FLAGS, not for this CPU
         self.uncharacterised: dict[tuple[str, str, str, str], str] = {}  # cell -> first detail
 
     def note_uncharacterised(self, op: str, backend: str, dtype: str, shape_class: str, detail: str) -> None:
@@ -52,6 +54,7 @@ class GapLog:
 
 
 LOG = GapLog()
+INJECTED_FIX = "under injected CPU flags this CPU's kernels ran, not the injected CPU's: keep the entry"
 
 
 def _runner_class(config: pytest.Config) -> str:
@@ -67,7 +70,10 @@ def _runner_class(config: pytest.Config) -> str:
         return str(override)
     from perfsuite.runner_class import detect
 
-    return detect("cpu")[0]
+    try:
+        return detect("cpu")[0]
+    except ValueError as exc:  # a malformed PERFSUITE_CPU_FLAGS (the plugin, if loaded, said so already)
+        raise pytest.UsageError(f"perfsuite: {exc}") from None
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +84,7 @@ def ops_gaps(pytestconfig: pytest.Config) -> GapLog:
     except known_gaps.KnownGapsError as exc:
         pytest.fail(f"perfsuite: {exc}", pytrace=False)
     LOG.gaps, LOG.characterised, LOG.scope = list(found.gaps), found.characterised, found.describe()
+    LOG.features, LOG.injected = found.features, bool(found.env and found.env.cpu_flags_injected)
     return LOG
 
 
@@ -92,11 +99,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     tr.write_line(f"{len(LOG.statuses)} (op, backend, dtype, shape class) cells exercised; {len(known)} with a "
                   "non-pass status (known gaps, or failures above)")
     for g in fixed:
-        tr.write_line(f"FIXED known gap {g.label()} ({g.reason}): every matching example passed; delete the entry "
-                      f"from {g.source}")
+        fix = INJECTED_FIX if LOG.injected else f"delete the entry from {g.source}"
+        tr.write_line(f"FIXED known gap {g.label()} ({g.reason}): every matching example passed; {fix}")
     if LOG.uncharacterised:
-        tr.write_line(f"runner class {LOG.runner_class} is new, not yet characterised: {len(LOG.uncharacterised)} "
-                      "non-pass cell(s) reported, not failed; review them and record the real gaps in "
-                      f"baselines/known_gaps/{LOG.runner_class}.toml (perfsuite ops --write-known-gaps)")
+        tr.write_line(f"not yet characterised on {LOG.features}: {len(LOG.uncharacterised)} non-pass cell(s) that "
+                      "no known gap matches, reported, not failed (`perfsuite ops --strict` fails them); review "
+                      f"them, then record the real gaps in baselines/known_gaps/{LOG.runner_class}.toml (perfsuite "
+                      "ops --write-known-gaps) or add the feature set to characterised_on (docs/ops.md)")
         for (op, backend, dtype, shape_class), detail in sorted(LOG.uncharacterised.items()):
             tr.write_line(f"  NOT CHARACTERISED {op}/{shape_class}/{backend}/{dtype}: {detail[:200]}")

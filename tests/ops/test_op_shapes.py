@@ -1,7 +1,8 @@
 """Hypothesis shape tests: every LLM op on the backends/dtypes of this runner, against its float64 reference.
 
 A non-pass example (wrong, NaN, unsupported, fallback, crash) fails the test unless the runner class's known-gaps
-file lists it; hypothesis then shrinks the shape and prints the reproduce blob. Canonical shapes of each shape
+files list it, or no file characterises this machine's feature set (then it is reported in the summary as not yet
+characterised); hypothesis then shrinks the shape and prints the reproduce blob. Canonical shapes of each shape
 class run first as explicit examples; ``target`` steers generation toward large error/tolerance ratios.
 """
 
@@ -36,7 +37,7 @@ def _check(op: str, backend: str, dtype: str, shape, gaps, result=None) -> None:
     gap = known_gaps.find(gaps.gaps, op, backend, dtype, shape.shape_class, r.status)
     if gap is not None:
         return
-    if not gaps.characterised:  # a runner class nobody has characterised yet: report, do not fail
+    if not gaps.characterised:  # a feature set nobody has characterised yet: report, do not fail
         gaps.note_uncharacterised(op, backend, dtype, shape.shape_class, f"{r.status}: {r.detail}")
         return
     raise AssertionError(f"new operator gap: {op} on {backend}/{dtype} at {shape.describe()}: {r.status}: "

@@ -34,7 +34,7 @@ CELL = "{backend}-tiny-llama-float32-b2-p16-n{n}"
 
 @pytest.fixture
 def project(pytester, monkeypatch):
-    monkeypatch.delenv("PERFSUITE_RUNNER_CLASS", raising=False)  # .ci/run's second pass forces one
+    monkeypatch.delenv("PERFSUITE_RUNNER_CLASS", raising=False)  # a caller's override would rename the folder
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the subprocesses import this checkout's perfsuite
 
     def make(n=4, g=3, backend="torch", w=2):

@@ -73,3 +73,37 @@ def test_hostile_runner_class_with_update_baselines_is_a_usage_error(project, mo
     assert needle in err and "PERFSUITE_RUNNER_CLASS" in err and "Traceback" not in err
     assert _files(project.path) == before  # nothing written, inside or outside baselines/
     assert not escape.exists()
+
+
+# ---- a machine whose baselines sit under its pre-tier class name, and injected CPU flags -------------------------
+def _legacy_store(project) -> tuple[str, str]:
+    from perfsuite.runner_class import detect
+
+    rc, facts = detect("cpu")
+    old = project.path / "baselines" / facts["legacy_runner_class"]
+    old.mkdir(parents=True)
+    run = next((ROOT / "baselines" / "cpu-intel-xeon-amx-2c").glob("0001_*.json"))
+    (old / run.name).write_bytes(run.read_bytes())
+    return rc, facts["legacy_runner_class"]
+
+
+@pytest.mark.parametrize("mode", ["--benchmark-compare", "--perf-update-baselines"])
+def test_only_an_old_style_folder_names_it_and_the_migration(project, mode):
+    rc, legacy = _legacy_store(project)
+    before = _files(project.path)
+    res = project.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", mode)
+    err = res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str() + err
+    assert f"baselines/{legacy} holds this machine's baselines under its old runner class name" in err
+    assert f"so this machine is {rc!r}" in err and "perfsuite baselines migrate" in err and "Traceback" not in err
+    assert _files(project.path) == before  # nothing recorded beside the old folder
+
+
+def test_injected_cpu_flags_never_record_a_baseline(project, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_CPU_FLAGS", "sse2 avx avx2 fma")
+    before = _files(project.path)
+    res = project.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--perf-update-baselines")
+    err = res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str() + err
+    assert "not recording a baseline: PERFSUITE_CPU_FLAGS is set, a test hook that changes decisions" in err
+    assert _files(project.path) == before

@@ -1,5 +1,6 @@
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -87,18 +88,57 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, env, 
 
 
 def test_uncharacterised_class_reports_and_passes(tmp_path, capsys, monkeypatch):
-    """A runner class with no known-gaps file of its own or its family: its gaps are listed, not failed."""
+    """A feature set no known-gaps file characterises (here: no file at all): its gaps are listed, not failed."""
     (tmp_path / "pyproject.toml").write_text("[tool.perfsuite]\n")
     monkeypatch.chdir(tmp_path)
     argv = ["ops", "--backends", "onnxruntime-cpu", "--ops", "int8_dynamic_matmul", "--dtypes", "float16",
             "--classes", "unit", "--examples", "1", "--isolate", "none", "-q", "--out", str(tmp_path / "out")]
     code, out, _ = _cli([*argv, "--runner-class", "rocm-gfx942-test"], capsys)
-    assert code == 0 and "rocm-gfx942-test is new, not yet characterised: 1 non-pass cell(s)" in out
+    assert code == 0 and "not yet characterised on " in out and "1 non-pass cell(s) that no known gap matches" in out
     assert "NOT CHARACTERISED int8_dynamic_matmul/unit/onnxruntime-cpu/float16: unsupported" in out
     data = json.loads((tmp_path / "out" / "ops-matrix.json").read_text())
     assert len(data["gaps"]["uncharacterised"]) == 1 and data["meta"]["characterised"] is False
-    # the same gap on a class whose family is characterised (an empty cpu.toml) fails as new
+    # the same gap where a family file characterises every feature set (an empty condition) fails as new
     (tmp_path / "baselines" / "known_gaps").mkdir(parents=True)
-    (tmp_path / "baselines" / "known_gaps" / "cpu.toml").write_text("")
+    (tmp_path / "baselines" / "known_gaps" / "cpu.toml").write_text("characterised_on = {}\n")
     code, out, _ = _cli([*argv, "--runner-class", "cpu-x-2c"], capsys)
     assert code == 1 and "NEW int8_dynamic_matmul/unit/onnxruntime-cpu/float16" in out
+
+
+# ---- feature sets no known-gaps file characterises: reported, failed only by --strict -----------------------------
+SKYLAKE = ("fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl")  # no VNNI
+EPYC_AVX2 = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma"
+
+
+@pytest.mark.parametrize(("flags", "strict", "code", "needle"), [
+    (SKYLAKE, False, 0, "not yet characterised on x86_64/avx512 (cpu flags injected"),
+    (SKYLAKE, True, 1, "FAILED (--strict)"),
+    (EPYC_AVX2, False, 1, "NEW int8_dynamic_matmul/unit/onnxruntime-cpu/float16: unsupported"),  # characterised
+])
+def test_uncharacterised_feature_set_reports_and_strict_fails(tmp_path, monkeypatch, capsys, flags, strict, code,
+                                                              needle):
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the injected flags are x86 flags; the tier ladder follows this machine's architecture")
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "pyproject.toml").write_text('[tool.perfsuite]\nbaselines_dir = "baselines"\n')
+    kg = tmp_path / "baselines" / "known_gaps"
+    kg.mkdir(parents=True)
+    (kg / "cpu.toml").write_text((root / "baselines" / "known_gaps" / "cpu.toml").read_text())  # no all.toml
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PERFSUITE_CPU_FLAGS", flags)
+    argv = ["--backends", "onnxruntime-cpu", "--ops", "int8_dynamic_matmul", "--dtypes", "float16", "--classes",
+            "unit", "--examples", "1", "--out", str(tmp_path / "out"), "--runner-class", "cpu-test-2c",
+            "--isolate", "none", "-q"] + (["--strict"] if strict else [])
+    assert cmd.main(parse(argv)) == code
+    out = capsys.readouterr().out
+    assert needle in out
+    md = (tmp_path / "out" / "ops-matrix.md").read_text()
+    data = json.loads((tmp_path / "out" / "ops-matrix.json").read_text())
+    assert data["meta"]["features"].startswith("x86_64/" + ("avx512" if flags == SKYLAKE else "avx2"))
+    if flags == SKYLAKE:
+        assert "NOT CHARACTERISED int8_dynamic_matmul/unit/onnxruntime-cpu/float16: unsupported" in out
+        assert "## Not yet characterised on x86_64/avx512" in md and len(data["gaps"]["uncharacterised"]) == 1
+    else:
+        assert data["gaps"]["new"] and not data["gaps"]["uncharacterised"]

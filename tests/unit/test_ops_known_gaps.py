@@ -86,47 +86,36 @@ def _files(d, **named):
     return d
 
 
+CHARACTERISED_AVX2 = 'characterised_on = { cpu_tier = ["avx2", "amx"] }\n'
+
+
 def test_family_fallback_and_own_file_add_up(tmp_path):
-    d = _files(tmp_path / "kg", all=TOML, cpu="", **{"cpu-intel-xeon-2c": """
+    d = _files(tmp_path / "kg", all=TOML, cpu=CHARACTERISED_AVX2, **{"cpu-intel-xeon-amx-2c": """
 [[gap]]
 op = "topk"
 backend = "onnxruntime-cpu"
 """})
-    mine = kg.for_runner("cpu-intel-xeon-2c", d, ENV_132)
-    assert [p.name for p in mine.files] == ["all.toml", "cpu.toml", "cpu-intel-xeon-2c.toml"]
+    mine = kg.for_runner("cpu-intel-xeon-amx-2c", d, ENV_132)
+    assert [p.name for p in mine.files] == ["all.toml", "cpu.toml", "cpu-intel-xeon-amx-2c.toml"]
     assert mine.characterised and len(mine.gaps) == 3
-    foreign = kg.for_runner("cpu-amd-epyc-2c", d, ENV_132)  # a fresh machine of a known kind
+    assert mine.characterised_by == ("cpu.toml", "cpu-intel-xeon-amx-2c.toml")
+    foreign = kg.for_runner("cpu-amd-epyc-avx2-2c", d, ENV_132)  # a fresh machine of a characterised feature set
     assert foreign.characterised and [g.op for g in foreign.gaps] == [("sdpa_kvcache",), ("int8_dynamic_matmul",)]
-    assert "(characterised); known-gaps files: all.toml, cpu.toml" in foreign.describe()
+    assert "(characterised on x86_64/avx2 by cpu.toml); known-gaps files: all.toml, cpu.toml" in foreign.describe()
 
 
-def test_unknown_class_is_not_yet_characterised_and_does_not_fail(tmp_path):
-    d = _files(tmp_path / "kg", all=TOML, cpu="")
-    found = kg.for_runner("rocm-gfx942-mi300x", d, ENV_132)
-    assert not found.characterised and "new, not yet characterised" in found.describe()
-    cells = [cell("sdpa_kvcache", "onnxruntime-cpu", "float16", "odd", "unsupported"),  # all.toml knows it
-             cell("sdpa_causal", "onnxruntime-migraphx", "float16", "long", "wrong")]
-    r = kg.evaluate(cells, found.gaps, characterised=found.characterised)
-    assert r.new == [] and len(r.known) == 1 and [c["op"] for c in r.uncharacterised] == ["sdpa_causal"]
-    r = kg.evaluate(cells, found.gaps)  # once characterised, the same cell is new
-    assert [c["op"] for c in r.new] == ["sdpa_causal"]
-
-
-@pytest.mark.parametrize(("when", "env", "applies"), [
-    ('{ onnxruntime = ">=1.20" }', ENV_132, True),
-    ('{ onnxruntime = ">=1.20" }', kg.Environment({"onnxruntime": "1.19.2"}, "x86_64"), False),
-    ('{ onnxruntime = ">=1.20" }', kg.Environment({}, "x86_64"), False),  # not installed
-    ('{ torch = ">=2.13,<2.14" }', ENV_132, True),  # a +cpu build is its release
-    ('{ cpu_arch = ["x86_64", "aarch64"] }', kg.Environment({}, "aarch64"), True),
-    ('{ cpu_arch = "x86_64" }', kg.Environment({}, "aarch64"), False),
-    ('{ cpu_flags = ["avx2", "avx512_vnni"] }', ENV_132, False),
-    ('{ cpu_flags = "avx2" }', ENV_132, True),
-    ('{ gpu_arch = "gfx90a" }', kg.Environment({}, "x86_64", gpu_arch="gfx90a"), True),
-    ('{ gpu_arch = "gfx90a" }', ENV_132, False),
+@pytest.mark.parametrize(("cpu_toml", "own", "characterised", "needle"), [
+    (CHARACTERISED_AVX2, None, True, "characterised on x86_64/avx2 by cpu.toml"),
+    ('characterised_on = [{ cpu_tier = "amx" }, { cpu_arch = "aarch64" }]\n', None, False,
+     "not yet characterised on x86_64/avx2: cpu.toml characterise(s) other feature sets"),
+    ("", None, False, "not yet characterised on x86_64/avx2: no known-gaps file declares it"),  # old-style file
+    ("", "", True, "characterised on x86_64/avx2 by cpu-x-avx2-2c.toml"),  # a class file names its machine
+    ('characterised_on = { cpu_tier = "amx" }\n', 'characterised_on = { cpu_tier = "sve" }\n', False, "other"),
 ])
-def test_when_conditions(tmp_path, when, env, applies):
-    d = _files(tmp_path / "kg", all=f'[[gap]]\nop = "x"\nbackend = "y"\nwhen = {when}\n')
-    assert len(kg.for_runner("cpu-a-1c", d, env).gaps) == int(applies)
+def test_characterised_on_decides_by_feature_set(tmp_path, cpu_toml, own, characterised, needle):
+    files = {"cpu": cpu_toml} if own is None else {"cpu": cpu_toml, "cpu-x-avx2-2c": own}
+    found = kg.for_runner("cpu-x-avx2-2c", _files(tmp_path / "kg", **files), ENV_132)
+    assert found.characterised == characterised and needle in found.describe()
 
 
 @pytest.mark.parametrize(("text", "needle"), [
@@ -135,6 +124,8 @@ def test_when_conditions(tmp_path, when, env, applies):
     ('[[gap]]\nop = "x"\nbackend = "y"\nwhen = ">=1.20"\n', "when must be a table"),
     ('gap = 3\n', "'gap' must be an array of tables"),
     ('[gaps]\nop = "x"\n', "unknown table or key 'gaps'"),
+    ("characterised_on = 3\n", "characterised_on: must be a table or a list of tables"),
+    ('characterised_on = { cpu_level = "avx2" }\n', "when.cpu_level: unknown condition"),
 ])
 def test_malformed_files_name_file_entry_and_fix(tmp_path, text, needle):
     d = _files(tmp_path / "kg", all=text)
@@ -159,6 +150,7 @@ def test_render_leaves_out_what_shared_files_cover(tmp_path):
 
 def test_repo_files_parse_and_apply_here():
     root = Path(__file__).resolve().parents[2]
-    here = kg.for_runner("cpu-amd-epyc-2c", root / kg.DEFAULT_DIR)
+    here = kg.for_runner("cpu-amd-epyc-avx2-2c", root / kg.DEFAULT_DIR, ENV_132)
     assert here.characterised and {g.op for g in here.gaps} == {("sdpa_kvcache",), ("int8_dynamic_matmul",)}
-    assert not (root / kg.DEFAULT_DIR / "cpu-intel-xeon-2c.toml").exists()  # no gap is keyed by CPU model
+    assert len(here.gaps) == 3  # the AVX2 int8 saturation applies to this environment (avx2, no VNNI)
+    assert not list((root / kg.DEFAULT_DIR).glob("cpu-*.toml"))  # no gap is keyed by CPU model

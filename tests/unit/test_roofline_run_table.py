@@ -68,9 +68,9 @@ def test_without_roofline_keys_the_columns_say_dash() -> None:
 
 
 def test_no_baseline_footnote_names_the_command(tmp_path: Path) -> None:
-    lines = run.footnotes(RESULTS, None, "cpu-intel-xeon-2c", tmp_path / "baselines" / "cpu-intel-xeon-2c",
+    lines = run.footnotes(RESULTS, None, "cpu-intel-xeon-amx-2c", tmp_path / "baselines" / "cpu-intel-xeon-amx-2c",
                           _args(backend="torch", profile="pr"))
-    assert "no baseline for runner class 'cpu-intel-xeon-2c'" in lines[0]
+    assert "no baseline for runner class 'cpu-intel-xeon-amx-2c'" in lines[0]
     assert lines[1].strip() == "perfsuite run --update-baselines --profile pr --backend torch"
 
 
@@ -92,3 +92,11 @@ def test_cells_missing_from_the_baseline_are_named(tmp_path: Path) -> None:
     [line] = run.footnotes(RESULTS, base, "rc", tmp_path, _args())
     assert "1 cell(s) the latest baseline does not have (torch-tiny-llama-float32-b1-p64-n32)" in line
     assert run.footnotes(RESULTS, RESULTS, "rc", tmp_path, _args()) == []
+
+
+def test_no_baseline_but_an_old_style_folder_names_the_migration(tmp_path: Path) -> None:
+    old = tmp_path / "baselines" / "cpu-intel-xeon-2c"
+    lines = run.footnotes(RESULTS, None, "cpu-intel-xeon-amx-2c", tmp_path / "baselines" / "cpu-intel-xeon-amx-2c",
+                          _args(backend="torch", profile="pr"), legacy=old)
+    assert len(lines) == 1 and f"{old} holds this machine's baselines under its old runner class name" in lines[0]
+    assert "perfsuite baselines migrate" in lines[0] and "--update-baselines" not in lines[0]

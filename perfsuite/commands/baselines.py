@@ -1,0 +1,146 @@
+"""``perfsuite baselines migrate``: move runs recorded under an older runner class name to today's folder.
+
+CPU runner classes now carry the instruction-set tier (``cpu-intel-xeon-2c`` is ``cpu-intel-xeon-amx-2c`` on an
+AMX Xeon, ``cpu-amd-epyc-avx2-2c`` on an AVX2-only EPYC). Every run file in ``<baselines_dir>/<class>/`` is read,
+never rewritten; a run recorded under its machine's detected pre-tier name moves, byte for byte, to the folder of
+the class that the CPU flags it recorded give (one old folder may hold runs of machines of two tiers: they part).
+A folder whose runs all go to one class without a folder yet is renamed whole, else the files move one by one;
+nothing ever moves onto an existing file or run number (then nothing moves at all). Inside a git work tree the
+moves are ``git mv``. ``--dry-run`` prints the moves only. Exit 0 (moved, or nothing to do), 2 (bad input or a
+clash; one line naming it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfsuite.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Move:
+    src: Path
+    dst: Path
+    runs: int  # run files moved (a folder move carries all of its runs)
+    whole: bool = False  # the folder itself is renamed
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("baselines", help="baseline folder maintenance (migrate old runner class names)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    m = sub.add_parser("migrate", help="move runs recorded under a pre-tier runner class name to today's folder",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("--dir", default=None, help="the baselines folder (default: [tool.perfsuite] baselines_dir of "
+                   "the project around the working directory)")
+    m.add_argument("--dry-run", action="store_true", help="print the moves, make none")
+    p.set_defaults(func=main)
+
+
+def _baselines_dir(given: str | None) -> Path:
+    if given:
+        return Path(given)
+    from perfsuite import config as cfg
+
+    start = Path.cwd()
+    pyproject = cfg.find_pyproject(start)
+    if pyproject is None:
+        return start / "baselines"
+    try:
+        return cfg.load(pyproject, start).baselines_dir
+    except cfg.ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def plan(root: Path) -> list[Move]:
+    """The moves that put every run of ``root`` in its class's folder; UsageError for an unreadable run or a move
+    that would land on an existing file or run number."""
+    from perfsuite import baselines
+
+    moves: list[Move] = []
+    taken: dict[Path, set[str]] = {}  # target folder -> run numbers there, existing or planned
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "known_gaps"):
+        targets: dict[Path, str] = {}
+        for run in baselines.list_runs(folder):
+            try:
+                meta = baselines.read_run(run)["machine_info"]["perfsuite"]
+            except baselines.BaselineError as exc:
+                raise UsageError(f"{exc}; nothing was moved") from None
+            if meta.get("runner_class_recorded") == folder.name and meta.get("runner_class") != folder.name:
+                targets[run] = str(meta["runner_class"])
+        classes = set(targets.values())
+        if not classes:
+            continue
+        new = root / classes.pop()
+        if not classes and not new.exists() and len(targets) == len(list(folder.iterdir())):
+            moves.append(Move(folder, new, len(targets), whole=True))
+            taken[new] = {r.name[:4] for r in targets}
+            continue
+        for run, cls in targets.items():
+            dst = root / cls / run.name
+            numbers = taken.setdefault(dst.parent, {r.name[:4] for r in baselines.list_runs(dst.parent)})
+            if dst.exists() or run.name[:4] in numbers:
+                raise UsageError(f"{run}: belongs in {dst.parent}, which already has run {run.name[:4]}; move it by "
+                                 "hand under a free number (nothing was moved)")
+            numbers.add(run.name[:4])
+            moves.append(Move(run, dst, 1))
+    return moves
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
+    if shutil.which("git") is None:
+        return None
+    try:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _tracked(path: Path) -> bool:
+    res = _git(path.parent, "ls-files", "--", path.name)
+    return res is not None and res.returncode == 0 and bool(res.stdout.strip())
+
+
+def apply(move: Move) -> str:
+    """Make one move, never over an existing path; returns how (``git mv`` or ``rename``)."""
+    if move.dst.exists():
+        raise UsageError(f"{move.dst} appeared while migrating; {move.src} was left where it is")
+    move.dst.parent.mkdir(parents=True, exist_ok=True)
+    if _tracked(move.src):
+        res = _git(move.src.parent, "mv", "--", move.src.name, str(move.dst.resolve()))
+        if res is None or res.returncode != 0:
+            raise UsageError(f"git mv {move.src} {move.dst} failed: {(res.stderr if res else 'no git').strip()}")
+        return "git mv"
+    if move.src.is_dir():
+        os.rename(move.src, move.dst)
+    else:
+        os.link(move.src, move.dst)  # fails rather than replace
+        os.unlink(move.src)
+    return "rename"
+
+
+def main(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None) != "migrate":
+        raise UsageError("name an action: perfsuite baselines migrate [--dir DIR] [--dry-run]")
+    root = _baselines_dir(args.dir)
+    if not root.is_dir():
+        raise UsageError(f"--dir {root}: no such folder; pass the folder that holds the runner class folders")
+    moves = plan(root)
+    if not moves:
+        print(f"perfsuite baselines migrate: nothing to migrate in {root}: every run is in its class's folder")
+        return 0
+    for m in moves:
+        how = "would move" if args.dry_run else f"moved ({apply(m)})"
+        print(f"{how} {m.src} -> {m.dst}" + (f" ({m.runs} run(s))" if m.whole else ""))
+    if not args.dry_run:
+        for folder in {m.src.parent for m in moves if not m.whole}:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        print(f"perfsuite baselines migrate: {sum(m.runs for m in moves)} run(s) moved, files unchanged")
+    return 0
