@@ -83,10 +83,11 @@ def test_inductor_probe_follows_cxx(monkeypatch):
 
 
 def test_environment_key_changes_with_cpu_flags_and_libraries(monkeypatch):
-    from perfsuite.ops import known_gaps
+    from perfsuite import capabilities
 
     here = kernel_probes_run.key_digest(kernel_probes_run.environment_key())
-    monkeypatch.setattr(known_gaps, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    avx2_cpu = capabilities.CpuCapabilities("x86_64", "AMD EPYC 7763", frozenset({"avx2", "fma"}), 2)
+    monkeypatch.setattr(capabilities, "detect", lambda **kw: avx2_cpu)
     avx2 = kernel_probes_run.key_digest(kernel_probes_run.environment_key())
     assert avx2 != here
 
