@@ -70,8 +70,8 @@ def write_sharegpt(path: Path, conversations: int, vocab_size: int, seed: int = 
 def sharegpt_requests(path: Path, n: int, seed: int = 0, max_len: int = 2048,
                       fixed_output_len: int | None = None) -> list[Request]:
     """Like vLLM's ShareGPT sampling: first human turn as the prompt, the answer's length as the output length;
-    conversations with fewer than 2 turns, a prompt or answer under 4 tokens, or prompt+answer over ``max_len``
-    are left out. Lengths count whitespace words (exact for the word tokenizer; an estimate for others)."""
+    conversations with fewer than 2 turns, a prompt or answer under 4 tokens (the answer's unless the output length
+    is fixed), or prompt+answer over ``max_len`` are left out. Lengths count whitespace words (exact for the word tokenizer; an estimate for others)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -84,7 +84,7 @@ def sharegpt_requests(path: Path, n: int, seed: int = 0, max_len: int = 2048,
             continue
         prompt = str(conv[0].get("value", ""))
         pl, ol = len(prompt.split()), fixed_output_len or len(str(conv[1].get("value", "")).split())
-        if pl < 4 or ol < 4 or pl + ol > max_len:
+        if pl < 4 or (ol < 4 and not fixed_output_len) or pl + ol > max_len:
             continue
         out.append(Request(prompt, pl, ol))
         if len(out) == n:

@@ -138,6 +138,14 @@ class Server:
             raise ServerError(f"{self.name} exited with status {code}; last lines of {self.log_path}:\n"
                               f"{tail(self.log_path)}")
 
+    def abort_reason(self) -> str | None:
+        """For a load's ``abort`` poll: why to stop (the server exited, first line), or None."""
+        try:
+            self.check()
+        except ServerError as exc:
+            return str(exc).splitlines()[0]
+        return None
+
     def _remember_children(self) -> None:
         import psutil
 
@@ -193,10 +201,14 @@ class Server:
 
 
 def vllm_argv(model_dir: Path, *, served_name: str, port: int, dtype: str = "float32", max_model_len: int = 2048,
-              prefix_caching: bool = True, max_num_seqs: int | None = None, extra: Sequence[str] = ()) -> list[str]:
+              prefix_caching: bool = True, max_num_seqs: int | None = None, enforce_eager: bool = True,
+              extra: Sequence[str] = ()) -> list[str]:
+    """``enforce_eager``: no graph compilation at start (the default of perfsuite's vLLM cells on the CPU)."""
     argv = [sys.executable, "-m", VLLM_ENTRY, "--model", str(model_dir), "--served-model-name", served_name,
             "--host", HOST, "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len),
             "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching", "--seed", "0"]
+    if enforce_eager:
+        argv.append("--enforce-eager")
     if max_num_seqs:
         argv += ["--max-num-seqs", str(max_num_seqs)]
     return argv + list(extra)
