@@ -5,16 +5,20 @@ for docs/serving.md.
 
     python benchmarks/serve_agreement.py --load poisson:2 --load poisson:4 --num-prompts 64 --pairs 3 \\
         --json benchmarks/data/serve_agreement.json
+    # the two clients alone: a stub server (tests/serve/fake_server.py) streaming with fixed delays
+    python benchmarks/serve_agreement.py --stub 0.03 0.01 --load poisson:4 --json benchmarks/data/serve_agreement_stub.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +26,7 @@ import numpy as np
 from perfsuite.serve.cell import started_server
 from perfsuite.serve.load import parse_load
 from perfsuite.serve.point import point_from, run_point
+from perfsuite.serve.server import Server, free_port
 
 VLLM_BENCH = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
               "from vllm.utils.argparse_utils import FlexibleArgumentParser; p = FlexibleArgumentParser(); "
@@ -47,6 +52,26 @@ def vllm_bench(base_url: str, model: str, tokenizer: Path, load: str, n: int, wa
     return json.loads(out.read_text())
 
 
+@contextlib.contextmanager
+def serving(a: argparse.Namespace, tmp: Path) -> Iterator[tuple[Server, str, int, Path, Path]]:
+    if not a.stub:
+        with started_server(a.model, log_dir=tmp) as (srv, name, vocab, cache):
+            yield srv, name, vocab, cache, Path(srv.argv[srv.argv.index("--model") + 1])
+        return
+    from perfsuite import models
+    from perfsuite.serve import tokenizer
+
+    fake = Path(__file__).parents[1] / "tests" / "serve" / "fake_server.py"
+    port = free_port()
+    cache = models.default_cache_dir()
+    tok = tmp / "tokenizer"
+    tok.mkdir()
+    tokenizer.build(tok, 2048)  # vllm bench serve's random dataset needs one; the stub ignores the prompt
+    with Server([sys.executable, str(fake), str(port), "ok", *map(str, a.stub)], port=port,
+                log_path=tmp / "stub.log", name="stub server") as srv:
+        yield srv, "stub", 2048, cache, tok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny-llama")
@@ -57,12 +82,14 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=16)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--stub", nargs=2, type=float, metavar=("TTFT_S", "ITL_S"),
+                    help="measure against the stub server streaming with these delays instead of vLLM's")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="perfsuite-agree-"))
     out: dict = {"points": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    with started_server(a.model, log_dir=tmp) as (srv, name, vocab, cache):
+    with serving(a, tmp) as (srv, name, vocab, cache, folder):
         out["server_start_s"] = srv.start_s
-        folder = Path(srv.argv[srv.argv.index("--model") + 1])
+        out["server"] = "stub" if a.stub else a.model
         for load in a.load or ["poisson:2", "poisson:4"]:
             ours, theirs = [], []
             for k in range(a.pairs):

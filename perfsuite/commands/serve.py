@@ -36,6 +36,8 @@ def register(sub: Any) -> None:
     p.add_argument("--load", action="append", default=None, metavar="SPEC",
                    help="load point, repeatable: poisson:RATE, constant:RATE, gamma:RATE:BURSTINESS, closed:USERS, "
                         "optional @MAX_CONCURRENCY (default poisson:4)")
+    p.add_argument("--sweep", metavar="RATES", help="rate sweep to saturation instead of --load points: rising rates "
+                   "(e.g. 1,2,4,8) of the first --load's arrival process; reports the knee (docs/serving.md)")
     p.add_argument("--num-prompts", type=int, default=32, help="timed requests per point (default 32)")
     p.add_argument("--warmup", type=int, default=2, help="untimed requests before each point (default 2)")
     p.add_argument("--seed", type=int, default=0)
@@ -136,6 +138,30 @@ def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slo
     from perfsuite.serve.point import SCHEMA, run_point
 
     out: dict[str, Any] = {"schema": SCHEMA, "base_url": base_url, "model": model, "points": []}
+    if args.sweep:
+        from dataclasses import replace
+
+        from perfsuite.serve.sweep import parse_rates, sweep
+
+        try:
+            rates = parse_rates(args.sweep)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if pts[0].load.mode == "closed":
+            raise UsageError("--sweep takes an open-loop --load (poisson, constant or gamma), not closed")
+
+        def one(rate: float) -> dict[str, Any]:
+            p = replace(pts[0], load=replace(pts[0].load, rate=rate))
+            r = run_point(base_url, model, p, vocab_size=vocab, cache_dir=cache, slos_ms=slos,
+                          max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout)
+            print(summary(r), file=sys.stderr)
+            return r
+
+        sw = sweep(one, rates)
+        out["points"] = sw.pop("points")
+        out["sweep"] = sw
+        print(f"perfsuite serve: sweep stopped {sw['stopped']}; knee {sw['knee_rate']} req/s", file=sys.stderr)
+        return out
     for p in pts:
         r = run_point(base_url, model, p, vocab_size=vocab, cache_dir=cache, slos_ms=slos,
                       max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout)

@@ -1,7 +1,7 @@
 """A server process for the lifecycle tests: the stub on a given port, with a child process of its own (as vLLM's
 API server has its engine core), or a start that fails or never becomes healthy.
 
-    python fake_server.py PORT [ok|fail|hang|die-after-S]
+    python fake_server.py PORT [ok|fail|hang|die-after-S] [TTFT_S ITL_S]
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def main() -> None:
         sys.exit(3)
     if mode == "hang":
         time.sleep(600)
-    with Stub(ttft_s=0.01, itl_s=0.05, port=port):
+    ttft, itl = (float(sys.argv[3]), float(sys.argv[4])) if len(sys.argv) > 4 else (0.01, 0.05)
+    with Stub(ttft_s=ttft, itl_s=itl, port=port):
         print(f"fake server: listening on {port}", flush=True)
         deadline = time.monotonic() + (float(mode.split("-")[-1]) if mode.startswith("die-after") else 600)
         while time.monotonic() < deadline:

@@ -23,6 +23,7 @@ class Stub:
     arrivals: list[float] = field(default_factory=list)  # perf_counter at each request's arrival
     bodies: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
+    max_inflight: int = 0  # > 0: requests beyond it wait (a server with a capacity: saturation)
 
     def __post_init__(self) -> None:
         from prometheus_client import CollectorRegistry, Histogram
@@ -48,6 +49,14 @@ class Stub:
         if self.fail_every and len(self.bodies) % self.fail_every == 0:
             return web.Response(status=500, text="stub: planned failure")
         n = int(body["max_tokens"])
+        if self.max_inflight:
+            if not hasattr(self, "_sem"):
+                self._sem = asyncio.Semaphore(self.max_inflight)
+            async with self._sem:
+                return await self._stream(request, body, n, t0)
+        return await self._stream(request, body, n, t0)
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], n: int, t0: float) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
 

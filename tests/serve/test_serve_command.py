@@ -132,3 +132,28 @@ def test_histogram_quantile_interpolates_like_prometheus():
     assert h.quantile(0.5) == pytest.approx(0.15)  # rank 4: halfway through the 0.1-0.2 bucket
     assert h.quantile(0.99) == pytest.approx(0.2)  # in +Inf: the last finite bound
     assert h.mean() == pytest.approx(0.125)
+
+
+def test_sweep_stops_at_saturation_and_reports_the_knee(tmp_path):
+    # capacity: 1 request in flight, ~30 ms each -> ~30 req/s; 5 and 10 keep up, 80 cannot
+    out = tmp_path / "sweep.json"
+    with Stub(ttft_s=0.01, itl_s=0.01, max_inflight=1) as stub:
+        rc = main(["serve", "--base-url", stub.base_url, "--load", "poisson:1", "--sweep", "5,10,80,160",
+                   "--num-prompts", "10", "--warmup", "0", "--output-len", "3", "--json", str(out)])
+    assert rc == 0
+    sw = json.loads(out.read_text())["sweep"]
+    assert sw["knee_rate"] == 10.0 and sw["stopped"].startswith("at 80 req/s")
+    assert len(json.loads(out.read_text())["points"]) == 3  # stopped: 160 never ran
+
+
+def test_saturation_rules():
+    from perfsuite.serve.sweep import parse_rates, saturated
+
+    assert saturated({"request_throughput": 3.9}, 4, {"request_throughput": 2.0}) is None
+    assert "fell behind" in saturated({"request_throughput": 3.0}, 4, None)
+    assert "no longer rises" in saturated({"request_throughput": 4.0}, 4.1, {"request_throughput": 3.9})
+    assert "SLO broke" in saturated({"request_throughput": 4.0, "request_goodput": 2.0}, 4, None)
+    assert parse_rates("1,2,4") == [1.0, 2.0, 4.0]
+    for bad in ("4,2", "1,x", "0,1", ""):
+        with pytest.raises(ValueError, match="rising request rates"):
+            parse_rates(bad)
