@@ -135,14 +135,14 @@ def test_histogram_quantile_interpolates_like_prometheus():
 
 
 def test_sweep_stops_at_saturation_and_reports_the_knee(tmp_path):
-    # capacity: 1 request in flight, ~30 ms each -> ~30 req/s; 5 and 10 keep up, 80 cannot
+    # capacity: 1 request in flight, ~30 ms each -> ~30 req/s; 2 and 4 keep up (with 0.2 s to spare), 80 cannot
     out = tmp_path / "sweep.json"
     with Stub(ttft_s=0.01, itl_s=0.01, max_inflight=1) as stub:
-        rc = main(["serve", "--base-url", stub.base_url, "--load", "poisson:1", "--sweep", "5,10,80,160",
-                   "--num-prompts", "10", "--warmup", "0", "--output-len", "3", "--json", str(out)])
+        rc = main(["serve", "--base-url", stub.base_url, "--load", "poisson:1", "--sweep", "2,4,80,160",
+                   "--num-prompts", "8", "--warmup", "0", "--output-len", "3", "--json", str(out)])
     assert rc == 0
     sw = json.loads(out.read_text())["sweep"]
-    assert sw["knee_rate"] == 10.0 and sw["stopped"].startswith("at 80 req/s")
+    assert sw["knee_rate"] == 4.0 and sw["stopped"].startswith("at 80 req/s")
     assert len(json.loads(out.read_text())["points"]) == 3  # stopped: 160 never ran
 
 
