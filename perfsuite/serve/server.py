@@ -77,7 +77,7 @@ class Server:
         self.start_timeout_s = start_timeout_s
         self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
-        self.pids: set[int] = set()  # every process of the server seen while it ran
+        self._seen: dict[int, Any] = {}  # pid -> psutil.Process of every process of the server seen while it ran
         self.start_s = 0.0
 
     @property
@@ -114,14 +114,18 @@ class Server:
                                   f"s; last lines of {self.log_path}:\n{tail(self.log_path)}")
             time.sleep(0.25)
 
+    @property
+    def pids(self) -> set[int]:
+        return set(self._seen)
+
     def _owns_port(self) -> bool:
         """The answer came from our server, not from another process already listening on the port."""
         import psutil
 
         self._remember_children()
-        for pid in self.pids:
+        for p in list(self._seen.values()):
             with contextlib.suppress(psutil.Error):
-                for c in psutil.Process(pid).net_connections(kind="tcp"):
+                for c in p.net_connections(kind="tcp"):
                     if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.port:
                         return True
         return False
@@ -151,30 +155,32 @@ class Server:
 
         if self.proc is None:
             return
-        self.pids.add(self.proc.pid)
         with contextlib.suppress(psutil.Error):
-            self.pids.update(c.pid for c in psutil.Process(self.proc.pid).children(recursive=True))
+            root = self._seen.setdefault(self.proc.pid, psutil.Process(self.proc.pid))
+            for c in root.children(recursive=True):
+                self._seen.setdefault(c.pid, c)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM to the server's process group, SIGKILL to whatever is left after ``grace_s`` (the group and every
-        process of the server ever seen, also those that left the group)."""
+        process of the server ever seen, also those that left the group). The psutil handles were taken while the
+        processes ran, so a pid the system has since given to another process is never signalled."""
         import psutil
 
         if self.proc is None:
             return
         self._remember_children()
-        procs = []
-        for pid in self.pids:
-            with contextlib.suppress(psutil.Error):
-                procs.append(psutil.Process(pid))
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        procs = [p for p in self._seen.values() if p.is_running()]
+        group = bool(procs) or self.proc.poll() is None  # the group id is still ours while one of them lives
+        if group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
         for p in procs:
             with contextlib.suppress(psutil.Error):
                 p.terminate()
         _, alive = psutil.wait_procs(procs, timeout=grace_s)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        if group:  # also an orphan of the group that ignored SIGTERM and left the tree
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()
@@ -187,9 +193,9 @@ class Server:
         import psutil
 
         out = []
-        for pid in sorted(self.pids):
+        for pid, p in sorted(self._seen.items()):
             with contextlib.suppress(psutil.Error):
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
                     out.append(pid)
         return out
 
