@@ -114,8 +114,10 @@ def _dedupe(cells: list[Cell]) -> list[Cell]:
     return list(seen.values())
 
 
-# "history" is read by perfsuite.history (the run database's path); listed here so it is not an unknown key.
-_TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_options", "gate", "preflight", "history"}
+# "history" is read by perfsuite.history (the run database's path), "serving" by perfsuite.serve.cell (serving
+# cells' load points); listed here so they are not unknown keys.
+_TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_options", "gate", "preflight", "history",
+             "serving"}
 _PREFLIGHT_KEYS = {"max_other_cores", "max_steal_cores", "load_sample_s", "on_busy"}
 _SCENARIO_KEYS = {"batch_size", "prompt_tokens", "new_tokens"}
 _PROFILE_KEYS = {f for f in Profile.__dataclass_fields__ if f != "name"}

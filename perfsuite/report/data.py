@@ -39,6 +39,7 @@ class ReportData:
     ab_sources: list[str] = field(default_factory=list)
     ops: dict[str, Any] | None = None
     ops_delta: list[dict[str, Any]] = field(default_factory=list)
+    serving: dict[str, list[dict[str, float]]] = field(default_factory=dict)  # perfsuite.serve.plot curves
 
     @property
     def new_findings(self) -> list[query.Finding]:
@@ -192,6 +193,9 @@ def collect(db: History | None, *, runs: list[Path], ab: list[Path], ops: Path |
         if not ab:
             data.ab = query.ab_verdicts(db, last_runs=1)
             data.ab_sources = ["newest A/B result in the history"] if data.ab else []
+    from perfsuite.serve.plot import load_files
+
+    data.serving = load_files([p.path for p in parsed])
     data.latest = _latest_rows(parsed, db)
     data.latest_sources = [str(p.path) for p in parsed]
     if ab:

@@ -105,6 +105,13 @@ def render(d: ReportData) -> str:
         parts.append(_table(["runner class", "cell", "TTFT p50 ms", "Δ", "TPOT p50 ms", "Δ", "tokens/s", "peak MiB",
                              "tokens/s per GiB"], rows))
 
+    if d.serving:
+        from perfsuite.serve.plot import latency_vs_throughput
+
+        parts.append('<h2 id="serving">Serving: latency against throughput</h2><p class="muted">One marker per load '
+                     "point of the latest runs (docs/serving.md).</p>")
+        parts += [f'<div class="plot">{latency_vs_throughput(k, c)}</div>' for k, c in d.serving.items()]
+
     if d.ops is not None:
         parts.append('<h2 id="ops">Operator coverage</h2>')
         svg = plots.ops_matrix(d.ops)

@@ -1,0 +1,133 @@
+"""perfsuite's serving client vs ``vllm bench serve`` on the SAME running vLLM server with the same load (rate,
+seed, lengths, ignore_eos), interleaved ABAB so that drift of a shared machine falls on both; plus the client's own
+figures (dispatch delay, CPU share) and client TTFT vs the server's histogram. Writes a JSON and prints the table
+for docs/serving.md.
+
+    python benchmarks/serve_agreement.py --load poisson:2 --load poisson:4 --num-prompts 64 --pairs 3 \\
+        --json benchmarks/data/serve_agreement.json
+    # the two clients alone: a stub server (tests/serve/fake_server.py) streaming with fixed delays
+    python benchmarks/serve_agreement.py --stub 0.03 0.01 --load poisson:4 --json benchmarks/data/serve_agreement_stub.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from perfsuite.serve.cell import started_server
+from perfsuite.serve.load import parse_load
+from perfsuite.serve.point import point_from, run_point
+from perfsuite.serve.server import Server, free_port
+
+VLLM_BENCH = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
+              "from vllm.utils.argparse_utils import FlexibleArgumentParser; p = FlexibleArgumentParser(); "
+              "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+KEYS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "request_throughput", "mean_ttft_ms", "mean_tpot_ms",
+        "mean_itl_ms", "output_throughput")
+
+
+def vllm_bench(base_url: str, model: str, tokenizer: Path, load: str, n: int, warmup: int, in_len: int,
+               out_len: int, seed: int, out: Path) -> dict:
+    spec = parse_load(load)
+    argv = [sys.executable, "-c", VLLM_BENCH, "--backend", "openai", "--base-url", base_url, "--endpoint",
+            "/v1/completions", "--model", model, "--tokenizer", str(tokenizer), "--dataset-name", "random",
+            "--random-input-len", str(in_len), "--random-output-len", str(out_len), "--random-range-ratio", "0",
+            "--ignore-eos", "--num-prompts", str(n), "--request-rate", str(spec.rate), "--burstiness",
+            str(spec.burstiness), "--seed", str(seed), "--num-warmups", str(warmup), "--percentile-metrics",
+            "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--save-result", "--result-dir",
+            str(out.parent), "--result-filename", out.name, "--disable-tqdm"]
+    if spec.max_concurrency:
+        argv += ["--max-concurrency", str(spec.max_concurrency)]
+    with open(out.with_suffix(".log"), "w") as log:
+        subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=900)
+    return json.loads(out.read_text())
+
+
+@contextlib.contextmanager
+def serving(a: argparse.Namespace, tmp: Path) -> Iterator[tuple[Server, str, int, Path, Path]]:
+    if not a.stub:
+        with started_server(a.model, log_dir=tmp) as (srv, name, vocab, cache):
+            yield srv, name, vocab, cache, Path(srv.argv[srv.argv.index("--model") + 1])
+        return
+    from perfsuite import models
+    from perfsuite.serve import tokenizer
+
+    fake = Path(__file__).parents[1] / "tests" / "serve" / "fake_server.py"
+    port = free_port()
+    cache = models.default_cache_dir()
+    tok = tmp / "tokenizer"
+    tok.mkdir()
+    tokenizer.build(tok, 2048)  # vllm bench serve's random dataset needs one; the stub ignores the prompt
+    with Server([sys.executable, str(fake), str(port), "ok", *map(str, a.stub)], port=port,
+                log_path=tmp / "stub.log", name="stub server") as srv:
+        yield srv, "stub", 2048, cache, tok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="tiny-llama")
+    ap.add_argument("--load", action="append", default=None)
+    ap.add_argument("--num-prompts", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--input-len", type=int, default=64)
+    ap.add_argument("--output-len", type=int, default=16)
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--stub", nargs=2, type=float, metavar=("TTFT_S", "ITL_S"),
+                    help="measure against the stub server streaming with these delays instead of vLLM's")
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="perfsuite-agree-"))
+    out: dict = {"points": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with serving(a, tmp) as (srv, name, vocab, cache, folder):
+        out["server_start_s"] = srv.start_s
+        out["server"] = "stub" if a.stub else a.model
+        for load in a.load or ["poisson:2", "poisson:4"]:
+            ours, theirs = [], []
+            for k in range(a.pairs):
+                seed = k
+                pt = point_from({"load": load, "num_prompts": a.num_prompts, "warmup": a.warmup, "seed": seed,
+                                 "input_len": a.input_len, "output_len": a.output_len})
+                r = run_point(srv.base_url, name, pt, vocab_size=vocab, cache_dir=cache, abort=srv.abort_reason)
+                m = r["metrics"]
+                ours.append({**{x: m[x] for x in KEYS}, "p99_dispatch_delay_ms": m["p99_dispatch_delay_ms"],
+                             "max_dispatch_delay_ms": m["max_dispatch_delay_ms"],
+                             "client_cpu_share": m["client_cpu_share"], "failed": m["failed"],
+                             "prometheus_ttft": r["prometheus"].get("ttft")})
+                v = vllm_bench(srv.base_url, name, folder, load, a.num_prompts, a.warmup, a.input_len,
+                               a.output_len, seed, tmp / f"vllm-{load.replace(':', '-')}-{k}.json")
+                theirs.append({x: v[x] for x in KEYS} | {"failed": v.get("failed")})
+                print(f"{load} pair {k}: ours {[round(ours[-1][x], 3) for x in KEYS[:4]]} vllm "
+                      f"{[round(theirs[-1][x], 3) for x in KEYS[:4]]}", flush=True)
+            summary = {}
+            for x in KEYS:
+                o, t = float(np.median([d[x] for d in ours])), float(np.median([d[x] for d in theirs]))
+                summary[x] = {"perfsuite": o, "vllm_bench_serve": t, "rel_diff": (o - t) / t if t else None}
+            summary["p99_dispatch_delay_ms"] = max(d["p99_dispatch_delay_ms"] for d in ours)
+            summary["client_cpu_share"] = max(d["client_cpu_share"] for d in ours)
+            out["points"][load] = {"summary": summary, "perfsuite": ours, "vllm_bench_serve": theirs}
+        out["leftover_after_stop"] = None
+    out["leftover_after_stop"] = srv.leftover()
+    text = json.dumps(out, indent=1, default=str)
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(text)
+    for load, p in out["points"].items():
+        s = p["summary"]
+        print(f"| {load} | " + " | ".join(f"{s[x]['perfsuite']:.3f} / {s[x]['vllm_bench_serve']:.3f} "
+                                           f"({100 * s[x]['rel_diff']:+.1f} %)" for x in KEYS[:4])
+              + f" | {s['p99_dispatch_delay_ms']:.2f} | {s['client_cpu_share']:.1%} |")
+    print("leftover processes after stop:", out["leftover_after_stop"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Serving cells: ``[tool.perfsuite.serving.<profile>]`` -> cells of backend ``vllm-serve`` (model x dtype x prefix
+caching x load point), one vLLM server per (model, dtype, prefix caching) and start, and what a start measures.
+
+A replicate is a server start (the unit the gate compares, as a worker process is for the other cells): each start
+runs every load point of its server once, in a seeded random order; ``server_starts`` starts per server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfsuite.cells import DTYPES, model_slug
+from perfsuite.serve.point import Point, point_from
+from perfsuite.serve.server import Server, free_port, vllm_argv, vllm_env
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+BACKEND = "vllm-serve"
+_KEYS = {"models", "dtype", "prefix_caching", "server_starts", "points", "goodput", "max_failed_fraction",
+         "start_timeout_s", "kv_cache_space_gib"}
+
+
+@dataclass(frozen=True)
+class ServeCell:
+    model: str
+    dtype: str
+    prefix_caching: bool
+    point: Point
+    seed: int = 0
+
+    @property
+    def server_key(self) -> tuple[str, str, bool]:
+        return (self.model, self.dtype, self.prefix_caching)
+
+    @property
+    def id(self) -> str:
+        pc = "pc" if self.prefix_caching else "nopc"
+        return f"{BACKEND}-{model_slug(self.model)}-{self.dtype}-{pc}-{self.point.slug}"
+
+    def as_dict(self) -> dict[str, Any]:
+        import hashlib
+        import json
+
+        ident = {"point": self.point.as_dict(), "prefix_caching": self.prefix_caching, "device": "cpu"}
+        return {"backend": BACKEND, "model": self.model, "dtype": self.dtype, "prefix_caching": self.prefix_caching,
+                "point": self.point.as_dict(), "id": self.id, "device": "cpu", "seed": self.seed,
+                "options_hash": hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]}
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    cells: tuple[ServeCell, ...] = ()
+    server_starts: int = 1
+    goodput: Mapping[str, float] = field(default_factory=dict)
+    max_failed_fraction: float = 0.0
+    start_timeout_s: float = 900.0
+    kv_cache_space_gib: int = 1
+
+
+def load(pyproject: Path | None, profile: str) -> ServingConfig:
+    """The profile's serving table; none -> no serving cells. Bad keys/values: ValueError naming the key."""
+    if pyproject is None or not pyproject.is_file():
+        return ServingConfig()
+    raw = tomllib.loads(pyproject.read_text()).get("tool", {}).get("perfsuite", {}).get("serving", {})
+    return parse(raw.get(profile, {}), f"[tool.perfsuite.serving.{profile}]")
+
+
+def parse(t: Mapping[str, Any], where: str) -> ServingConfig:
+    from perfsuite.serve.metrics import parse_goodput
+
+    if not t:
+        return ServingConfig()
+    bad = sorted(set(t) - _KEYS)
+    if bad:
+        raise ValueError(f"{where} {bad[0]}: unknown key; allowed: {', '.join(sorted(_KEYS))}")
+    dtype = t.get("dtype", "float32")
+    if dtype not in DTYPES:
+        raise ValueError(f"{where} dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
+    models = t.get("models", ["tiny-llama"])
+    pcs = t.get("prefix_caching", [True])
+    if not (isinstance(models, list) and models and isinstance(pcs, list) and pcs
+            and all(isinstance(b, bool) for b in pcs)):
+        raise ValueError(f"{where}: models must be a list of names and prefix_caching a list of true/false")
+    pts = [point_from(p, f"{where} points[{i}]") for i, p in enumerate(t.get("points", []))]
+    cells = tuple(ServeCell(m, dtype, pc, p) for m in models for pc in pcs for p in pts)
+    starts = t.get("server_starts", 1)
+    if not isinstance(starts, int) or starts < 1:
+        raise ValueError(f"{where} server_starts must be an integer >= 1, got {starts!r}")
+    frac = float(t.get("max_failed_fraction", 0.0))
+    if not 0 <= frac < 1:
+        raise ValueError(f"{where} max_failed_fraction must be from 0 to below 1, got {frac!r}")
+    return ServingConfig(cells, starts, parse_goodput(t["goodput"]) if "goodput" in t else {}, frac,
+                         float(t.get("start_timeout_s", 900.0)), int(t.get("kv_cache_space_gib", 1)))
+
+
+@contextlib.contextmanager
+def started_server(model: str, *, dtype: str = "float32", prefix_caching: bool = True,
+                   cache_dir: Path | None = None, start_timeout_s: float = 900.0, kv_cache_space_gib: int = 1,
+                   log_dir: Path | None = None) -> Iterator[tuple[Server, str, int, Path]]:
+    """vLLM's server for a perfsuite model (materialised as for every cell, plus the word tokenizer), stopped with
+    all its children when the block ends however it ends. Yields (server, served name, vocab size, cache dir)."""
+    from perfsuite import models
+    from perfsuite.serve import tokenizer
+
+    cache = cache_dir or models.default_cache_dir()
+    resolved = models.resolve(model, cache)
+    name = model_slug(model)
+    folder = tokenizer.serving_dir(resolved.path, cache, f"{name}-{resolved.digest}")
+    port = free_port()
+    logs = log_dir or Path(tempfile.mkdtemp(prefix="perfsuite-serve-"))
+    srv = Server(vllm_argv(folder, served_name=name, port=port, dtype=dtype, prefix_caching=prefix_caching),
+                 port=port, log_path=logs / f"vllm-{name}-{port}.log", env=vllm_env(kv_cache_space_gib),
+                 start_timeout_s=start_timeout_s, name=f"vLLM server ({model}, port {port})")
+    with srv:
+        yield srv, name, resolved.vocab_size, cache
+
+
+@dataclass
+class Replicate:
+    """One point measured in one server start."""
+
+    index: int
+    pid: int
+    start_s: float
+    result: dict[str, Any]
+
+
+@dataclass
+class CellRuns:
+    cell: ServeCell
+    replicates: list[Replicate] = field(default_factory=list)
+    error: str | None = None
+
+
+def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | None, seed: int | None = None,
+            say: Any = None) -> dict[str, CellRuns]:
+    """Every start of every server, each running its points in a random order. A failed start or a server that
+    dies fails that server's cells (with the log's tail); a point over the failure threshold fails its cell."""
+    from perfsuite.serve.point import run_point
+    from perfsuite.serve.server import ServerError
+
+    rng = random.Random(seed)
+    out = {c.id: CellRuns(c) for c in cells}
+    servers: dict[tuple[str, str, bool], list[ServeCell]] = {}
+    for c in cells:
+        servers.setdefault(c.server_key, []).append(c)
+    for (model, dtype, pc), group in servers.items():
+        for start in range(conf.server_starts):
+            try:
+                with started_server(model, dtype=dtype, prefix_caching=pc, cache_dir=cache_dir,
+                                    start_timeout_s=conf.start_timeout_s,
+                                    kv_cache_space_gib=conf.kv_cache_space_gib) as (srv, name, vocab, cache):
+                    if say:
+                        say(f"perfsuite: {srv.name} healthy after {srv.start_s:.1f} s (start {start + 1}/"
+                            f"{conf.server_starts})")
+                    order = list(group)
+                    rng.shuffle(order)
+                    for c in order:
+                        if out[c.id].error:
+                            continue
+                        r = run_point(srv.base_url, name, c.point, vocab_size=vocab, cache_dir=cache,
+                                      slos_ms=conf.goodput or None, max_failed_fraction=conf.max_failed_fraction,
+                                      abort=srv.abort_reason)
+                        if r["failure"]:
+                            srv.check()  # a dead server says so with its log's tail
+                            out[c.id].error = f"{c.id}: {r['failure']}"
+                        out[c.id].replicates.append(Replicate(start, srv.proc.pid if srv.proc else 0, srv.start_s, r))
+                        if say:
+                            from perfsuite.commands.serve import summary
+
+                            say(summary(r))
+            except ServerError as exc:
+                for c in group:
+                    out[c.id].error = out[c.id].error or str(exc)
+                break
+    return out

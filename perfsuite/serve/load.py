@@ -1,0 +1,285 @@
+"""Load: seeded arrival schedules and an async streaming client (aiohttp) for OpenAI-compatible ``/v1/completions``.
+
+Open loop: requests are sent at scheduled times (Poisson at a rate, constant rate, or gamma intervals with a
+burstiness shape, as ``vllm bench serve --request-rate R --burstiness B`` draws them), optionally capped at
+``max_concurrency`` requests in flight. Closed loop: ``concurrency`` users, each sending its next request when its
+last one finished. Every record keeps its scheduled, slot and send times: the *queue wait* (scheduled until a
+concurrency slot is free: part of the load, not of the client) and the *dispatch delay* (slot until the request is
+handed to the HTTP client: the client's own lateness). vLLM's client does not count either; we report both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from perfsuite.serve.datasets import Request
+
+MODES = ("poisson", "constant", "gamma", "closed")
+_SPIN_S = 0.002  # sleep until this close to a send time, then yield in a loop: asyncio's timers wake ~1 ms late
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    mode: str = "poisson"
+    rate: float = math.inf  # requests/s (open loop)
+    burstiness: float = 1.0  # gamma shape; 1 = Poisson
+    max_concurrency: int | None = None  # open loop: cap on requests in flight
+    concurrency: int = 1  # closed loop: users
+    num_requests: int = 16
+    warmup: int = 2  # requests sent and discarded before the timed ones
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"load mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.mode != "closed" and not self.rate > 0:
+            raise ValueError(f"load rate {self.rate!r}: requests per second must be > 0 (inf: all at once)")
+        if self.mode == "gamma" and not self.burstiness > 0:
+            raise ValueError(f"burstiness {self.burstiness!r} must be > 0")
+        if self.num_requests < 1 or self.warmup < 0 or self.concurrency < 1:
+            raise ValueError("num_requests and concurrency must be >= 1, warmup >= 0")
+
+    @property
+    def slug(self) -> str:
+        if self.mode == "closed":
+            return f"closed-c{self.concurrency}"
+        rate = "inf" if math.isinf(self.rate) else f"{self.rate:g}"
+        s = f"{self.mode}-r{rate}" + (f"-b{self.burstiness:g}" if self.mode == "gamma" else "")
+        return s + (f"-c{self.max_concurrency}" if self.max_concurrency else "")
+
+
+_SPEC = re.compile(r"^(poisson|constant|gamma|closed):([0-9.]+|inf)(?::([0-9.]+))?(?:@(\d+))?$")
+
+
+def parse_load(text: str, **kw: Any) -> LoadSpec:
+    """``poisson:4`` (4 req/s), ``constant:2``, ``gamma:4:0.5`` (burstiness 0.5), ``closed:8`` (8 users);
+    ``@N`` caps an open-loop point at N requests in flight (``poisson:8@4``)."""
+    m = _SPEC.match(text.strip())
+    if not m:
+        raise ValueError(f"load point {text!r}: write poisson:RATE, constant:RATE, gamma:RATE:BURSTINESS or "
+                         "closed:USERS, optionally @MAX_CONCURRENCY")
+    mode, num, extra, cap = m.groups()
+    if mode == "closed":
+        return LoadSpec("closed", concurrency=int(float(num)), **kw)
+    if extra and mode != "gamma":
+        raise ValueError(f"load point {text!r}: only gamma takes a burstiness")
+    return LoadSpec(mode, rate=float(num), burstiness=float(extra) if extra else 1.0,
+                    max_concurrency=int(cap) if cap else None, **kw)
+
+
+def schedule(spec: LoadSpec, n: int | None = None) -> np.ndarray:
+    """Send offsets in seconds from the start of the timed phase. As vLLM draws them: intervals from
+    gamma(shape=b, scale=1/(rate*b)) (b = 1: exponential, i.e. Poisson), cumulated, then scaled so that the last
+    request goes out at n/rate (the throughput of one seed does not wander 1-2 % with the draw)."""
+    n = spec.num_requests if n is None else n
+    if spec.mode == "closed":
+        return np.zeros(n)
+    if math.isinf(spec.rate):
+        return np.zeros(n)
+    if spec.mode == "constant":
+        gaps = np.full(n, 1.0 / spec.rate)
+    else:
+        b = spec.burstiness if spec.mode == "gamma" else 1.0
+        gaps = np.random.default_rng(spec.seed).gamma(shape=b, scale=1.0 / (spec.rate * b), size=n)
+    t = np.cumsum(gaps)
+    return t * ((n / spec.rate) / t[-1])
+
+
+@dataclass
+class Record:
+    """One request, times in seconds from the start of the timed phase (``perf_counter`` based)."""
+
+    index: int
+    prompt_len: int
+    output_len: int  # requested
+    scheduled_s: float = 0.0
+    slot_s: float = 0.0  # a concurrency slot was free (= scheduled without a cap)
+    sent_s: float = 0.0  # handed to the HTTP client: TTFT and latency count from here, as vLLM's
+    ttft_s: float = 0.0
+    itl_s: list[float] = field(default_factory=list)  # gap before each chunk after the first
+    latency_s: float = 0.0  # until the last chunk with a choice (vLLM's definition)
+    output_tokens: int | None = None  # from the final usage chunk
+    success: bool = False
+    error: str = ""
+
+    @property
+    def dispatch_delay_s(self) -> float:
+        return self.sent_s - self.slot_s
+
+    @property
+    def queue_s(self) -> float:
+        return self.slot_s - self.scheduled_s
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["itl_s"] = [round(x, 7) for x in self.itl_s]
+        return d
+
+
+@dataclass
+class LoadResult:
+    records: list[Record]
+    duration_s: float  # start of the timed phase until its last response
+    client_cpu_s: float
+    aborted: str | None = None  # why sending stopped early (the server died)
+
+    @property
+    def client_cpu_share(self) -> float:
+        """Client CPU seconds per wall second over the timed phase (1.0 = one core busy)."""
+        return self.client_cpu_s / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def payload(req: Request, model: str, ignore_eos: bool = True) -> dict[str, Any]:
+    return {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos, "temperature": 0.0}
+
+
+async def send(session: Any, url: str, body: dict[str, Any], rec: Record, t0: float) -> None:
+    """Stream one completion; timestamps per SSE event as ``vllm bench serve`` takes them."""
+    st = time.perf_counter()
+    rec.sent_s = st - t0
+    last = st
+    first = True
+    try:
+        async with session.post(url, json=body) as resp:
+            if resp.status != 200:
+                rec.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                return
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, ": ping" comments
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                msg = json.loads(data)
+                if msg.get("choices"):
+                    now = time.perf_counter()
+                    if first:
+                        rec.ttft_s, first = now - st, False
+                    else:
+                        rec.itl_s.append(now - last)
+                    last = now
+                elif msg.get("usage"):
+                    rec.output_tokens = msg["usage"].get("completion_tokens")
+                    if msg["usage"].get("prompt_tokens") is not None:  # as vLLM: the server's count
+                        rec.prompt_len = int(msg["usage"]["prompt_tokens"])
+                elif msg.get("error"):
+                    rec.error = str(msg["error"])[:200]
+        rec.latency_s = last - st
+        rec.success = not first and not rec.error
+        if first and not rec.error:
+            rec.error = "no chunk with a choice: no first token"
+    except asyncio.CancelledError:
+        rec.error = rec.error or "cancelled"
+        raise
+    except Exception as exc:
+        rec.error = f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def _until(t: float) -> None:
+    while (left := t - time.perf_counter()) > _SPIN_S:
+        await asyncio.sleep(left - _SPIN_S)
+    while time.perf_counter() < t:
+        await asyncio.sleep(0)
+
+
+async def _run(url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, warm: Sequence[Request],
+               abort: Callable[[], str | None] | None, timeout_s: float, ignore_eos: bool,
+               headers: dict[str, str] | None, on_timed_start: Callable[[], None] | None) -> LoadResult:
+    import aiohttp
+
+    limit = spec.concurrency if spec.mode == "closed" else (spec.max_concurrency or 0)
+    conn = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout, headers=headers, trust_env=False) as session:
+        for i in range(0, len(warm), 4):  # warm-up, excluded: connections, server-side caches of the first shapes
+            await asyncio.gather(*(send(session, url, payload(r, model, ignore_eos), Record(-1, r.prompt_len,
+                                                                                           r.output_len), 0.0)
+                                   for r in warm[i:i + 4]))
+        records = [Record(i, r.prompt_len, r.output_len) for i, r in enumerate(reqs)]
+        stop = asyncio.Event()
+        why: list[str] = []
+
+        async def watch() -> None:
+            while not stop.is_set():
+                reason = abort() if abort else None
+                if reason:
+                    why.append(reason)
+                    stop.set()
+                    return
+                await asyncio.sleep(0.2)
+
+        if on_timed_start is not None:
+            await asyncio.to_thread(on_timed_start)
+        sem = asyncio.Semaphore(limit) if limit else None
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+
+        async def one(i: int) -> None:
+            rec = records[i]
+            if sem is not None:
+                async with sem:
+                    rec.slot_s = time.perf_counter() - t0
+                    await send(session, url, payload(reqs[i], model, ignore_eos), rec, t0)
+            else:
+                rec.slot_s = rec.scheduled_s
+                await send(session, url, payload(reqs[i], model, ignore_eos), rec, t0)
+
+        watcher = asyncio.create_task(watch())
+        tasks: list[asyncio.Task[None]] = []
+        if spec.mode == "closed":
+            nxt = iter(range(len(reqs)))
+
+            async def user() -> None:
+                free = 0.0
+                for i in nxt:
+                    if stop.is_set():
+                        return
+                    records[i].scheduled_s = records[i].slot_s = free
+                    await send(session, url, payload(reqs[i], model, ignore_eos), records[i], t0)
+                    free = time.perf_counter() - t0
+
+            tasks = [asyncio.create_task(user()) for _ in range(spec.concurrency)]
+        else:
+            for i, off in enumerate(schedule(spec, len(reqs))):
+                await _until(t0 + float(off))
+                if stop.is_set():
+                    break
+                records[i].scheduled_s = float(off)
+                tasks.append(asyncio.create_task(one(i)))
+        waiter: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*tasks, return_exceptions=True))
+        stopper: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set() and not waiter.done():
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(waiter, return_exceptions=True)
+        duration = time.perf_counter() - t0  # as vLLM: start of the timed phase until every request is done
+        cpu = time.process_time() - cpu0
+        stop.set()
+        await watcher
+        await stopper
+    for r in records:
+        if not r.success and not r.error:
+            r.error = f"not sent: {why[0]}" if why else "not sent"
+    return LoadResult(records, duration, cpu, why[0] if why else None)
+
+
+def run_load(base_url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, *, warmup: Sequence[Request] = (),
+             abort: Callable[[], str | None] | None = None, timeout_s: float = 600.0, ignore_eos: bool = True,
+             headers: dict[str, str] | None = None, on_timed_start: Callable[[], None] | None = None) -> LoadResult:
+    """Run one load point against ``base_url`` (``http://127.0.0.1:PORT``) and return every request's record.
+    ``abort`` is polled while the load runs: a reason (the server exited) stops sending and cancels what is in
+    flight; those requests count as failed. ``on_timed_start`` runs between the warm-up and the timed phase."""
+    url = base_url.rstrip("/") + "/v1/completions"
+    return asyncio.run(_run(url, model, reqs, spec, warmup, abort, timeout_s, ignore_eos, headers, on_timed_start))

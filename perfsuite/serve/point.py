@@ -1,0 +1,100 @@
+"""One load point (a dataset and a load), run against a base URL: what ``perfsuite serve`` and the serving cells
+both do. The result is one JSON-able dict: the point, vLLM-named metrics, the client's own cost, the Prometheus
+cross-check and every request's record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from perfsuite.serve import datasets, metrics, promcheck
+from perfsuite.serve.datasets import Request
+from perfsuite.serve.load import LoadSpec, parse_load, run_load
+
+SCHEMA = "perfsuite-serve/1"
+
+
+@dataclass(frozen=True)
+class Point:
+    load: LoadSpec = field(default_factory=LoadSpec)
+    dataset: str = "random"
+    input_len: int = 64
+    output_len: int = 16
+    prefix_len: int = 0  # shared-prefix: tokens of the common prefix (input_len is the suffix)
+    prefix_groups: int = 4
+    sharegpt_path: str | None = None  # default: generated into the cache
+
+    def __post_init__(self) -> None:
+        if self.dataset not in datasets.DATASETS:
+            raise ValueError(f"dataset {self.dataset!r}: use one of {', '.join(datasets.DATASETS)}")
+        if self.input_len < 1 or self.output_len < 1:
+            raise ValueError("input_len and output_len must be >= 1")
+        if self.dataset == "shared-prefix" and self.prefix_len < 1:
+            raise ValueError("the shared-prefix dataset needs prefix_len >= 1")
+
+    @property
+    def slug(self) -> str:
+        ds = {"random": f"random-i{self.input_len}-o{self.output_len}",
+              "sharegpt": f"sharegpt-o{self.output_len}" if self.output_len else "sharegpt",
+              "shared-prefix": f"prefix{self.prefix_len}x{self.prefix_groups}-i{self.input_len}-o{self.output_len}"}
+        return f"{ds[self.dataset]}-{self.load.slug}-n{self.load.num_requests}"
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["slug"] = self.slug
+        return d
+
+
+def point_from(table: Mapping[str, Any], where: str = "point") -> Point:
+    """``{load = "poisson:4", num_prompts = 24, warmup = 2, seed = 0, dataset = "random", input_len = 64, ...}``"""
+    allowed = {"load", "num_prompts", "warmup", "seed", "dataset", "input_len", "output_len", "prefix_len",
+               "prefix_groups", "sharegpt_path"}
+    bad = sorted(set(table) - allowed)
+    if bad:
+        raise ValueError(f"{where}: unknown key {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
+    spec = parse_load(str(table.get("load", "poisson:4")), num_requests=int(table.get("num_prompts", 16)),
+                      warmup=int(table.get("warmup", 2)), seed=int(table.get("seed", 0)))
+    kw = {k: table[k] for k in ("dataset", "input_len", "output_len", "prefix_len", "prefix_groups", "sharegpt_path")
+          if k in table}
+    return Point(spec, **kw)
+
+
+def requests(point: Point, vocab_size: int, cache_dir: Path, seed_offset: int = 0) -> list[Request]:
+    n, seed = point.load.num_requests + point.load.warmup, point.load.seed + seed_offset
+    if point.dataset == "random":
+        reqs = datasets.random_requests(n, point.input_len, point.output_len, vocab_size, seed)
+    elif point.dataset == "shared-prefix":
+        reqs = datasets.shared_prefix_requests(n, point.prefix_len, point.input_len, point.output_len, vocab_size,
+                                               point.prefix_groups, seed)
+    else:
+        path = Path(point.sharegpt_path) if point.sharegpt_path else \
+            datasets.write_sharegpt(cache_dir / "datasets" / f"sharegpt-v{vocab_size}-s0.json", 400, vocab_size)
+        reqs = datasets.sharegpt_requests(path, n, seed, fixed_output_len=point.output_len or None)
+    return reqs
+
+
+def run_point(base_url: str, model: str, point: Point, *, vocab_size: int, cache_dir: Path,
+              slos_ms: Mapping[str, float] | None = None, max_failed_fraction: float = 0.0,
+              abort: Callable[[], str | None] | None = None, timeout_s: float = 600.0) -> dict[str, Any]:
+    reqs = requests(point, vocab_size, cache_dir)
+    warm, timed = reqs[:point.load.warmup], reqs[point.load.warmup:]
+    before: list[Any] = []
+
+    def snapshot_after_warmup() -> None:  # the "before" histogram excludes the warm-up requests
+        before.append(promcheck.snapshot(base_url))
+
+    res = run_load(base_url, model, timed, point.load, warmup=warm, abort=abort, timeout_s=timeout_s,
+                   on_timed_start=snapshot_after_warmup)
+    after = promcheck.snapshot(base_url) if before and before[0] is not None else None
+    m = metrics.compute(res, slos_ms)
+    return {"point": point.as_dict(), "model": model, "base_url": base_url, "metrics": m,
+            "samples": metrics.samples_ms(res.records), "prometheus": promcheck.compare(before[0] if before else None,
+                                                                                      after, m),
+            "aborted": res.aborted, "failure": metrics.failure(m, max_failed_fraction) or res.aborted,
+            "records": [r.as_dict() for r in res.records]}
+
+
+def with_seed(point: Point, seed: int) -> Point:
+    return replace(point, load=replace(point.load, seed=seed))

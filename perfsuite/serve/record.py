@@ -1,0 +1,109 @@
+"""A serving cell's tests: the session measures every selected serving cell once (perfsuite.serve.cell.measure),
+each test records one latency metric of one cell in pytest-benchmark (rounds = that metric per request, or per
+chunk for ITL, in seconds) with everything else in ``extra_info``, checks it against the server's /metrics and asks
+the gate, like every other cell."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from perfsuite.serve.cell import BACKEND, CellRuns, ServeCell, ServingConfig
+
+if TYPE_CHECKING:
+    from perfsuite.session import PerfSession
+
+METRIC_OF_TEST = {f"test_{m}_under_load": m for m in ("ttft", "tpot", "itl", "e2el")}
+THROUGHPUTS = ("request_throughput", "request_goodput", "output_throughput", "total_token_throughput")
+
+
+def selected(session: PerfSession, conf: ServingConfig) -> list[ServeCell]:
+    """The profile's serving cells under the session's filters: ``--perf-backend`` must include ``vllm`` (a serving
+    cell runs vLLM's server) and ``--perf-model`` the cell's model."""
+    s = session.settings
+    if s.backends != s.profile.backends and "vllm" not in s.backends:
+        return []
+    return [c for c in conf.cells if s.models == s.profile.models or c.model in s.models]
+
+
+def add_to_gate_family(session: PerfSession, items: Sequence[pytest.Item]) -> None:
+    """Bonferroni: the serving tests with a comparable baseline share alpha with the other gated tests."""
+    if session.gate is None:
+        return
+    from perfsuite.gate.runs import match
+
+    g = session.gate
+    for item in items:
+        if METRIC_OF_TEST.get(getattr(item, "originalname", "")) and match(item.nodeid, g._by_full, g._by_name):
+            g.family[item.nodeid] = 1
+
+
+def prometheus_problem(runs: CellRuns) -> str | None:
+    """Every start's /metrics must exist and have seen exactly the requests the client completed."""
+    for rep in runs.replicates:
+        prom, m = rep.result["prometheus"], rep.result["metrics"]
+        if not prom.get("available"):
+            return "the server's /metrics has no latency histograms to cross-check"
+        ttft = prom.get("ttft") or {}
+        if ttft.get("count") != m["completed"]:
+            return (f"the server's TTFT histogram counted {ttft.get('count')} requests over the load point, the "
+                    f"client completed {m['completed']}")
+    return None
+
+
+def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark: Any,
+           request: pytest.FixtureRequest) -> dict[str, Any]:
+    from perfsuite.gate import stats
+    from perfsuite.harness import record_rounds
+
+    metric = METRIC_OF_TEST[request.node.originalname]
+    cell = runs.cell
+    if runs.error:
+        pytest.fail(f"perfsuite: {cell.id}: {runs.error}", pytrace=False)
+    reps = runs.replicates
+    if not reps:
+        pytest.fail(f"perfsuite: {cell.id}: no server start measured it", pytrace=False)
+    problem = prometheus_problem(runs)
+    if problem:
+        pytest.fail(f"perfsuite: {cell.id}: {problem}", pytrace=False)
+    key = f"{metric}_ms"
+    pooled: dict[str, list[float]] = {}
+    for rep in reps:
+        for k, v in rep.result["samples"].items():
+            pooled.setdefault(k, []).extend(v)
+    values = pooled.get(key) or []
+    if not values:
+        pytest.skip(f"{cell.id}: no {metric} values (outputs of one token have no TPOT or ITL)")
+    benchmark.group = f"{metric} under load: {cell.point.slug}"
+    info = benchmark.extra_info
+    info["cell"] = cell.as_dict()
+    info["metric"] = metric
+    info["runner_class"] = session.runner_class
+    for stat in ("mean", "median", "p90", "p99"):
+        info[f"{stat}_{metric}_ms"] = stats.statistic(values, stat)
+    per_start = [rep.result["metrics"] for rep in reps]
+    for k in THROUGHPUTS:
+        if all(k in m for m in per_start):
+            info[k] = float(np.mean([m[k] for m in per_start]))
+    info["p99_dispatch_delay_ms"] = max(m["p99_dispatch_delay_ms"] for m in per_start)
+    info["client_cpu_share"] = max(m["client_cpu_share"] for m in per_start)
+    info["samples"] = {key: values}
+    info["processes"] = [{"index": rep.index, "pid": rep.pid, "load_s": round(rep.start_s, 3),
+                          "wall_s": round(rep.result["metrics"]["duration"], 4), "samples": {key: rep.result[
+                              "samples"].get(key, [])}, "metrics": rep.result["metrics"],
+                          "prometheus": rep.result["prometheus"]} for rep in reps]
+    info["records"] = [r for rep in reps for r in rep.result["records"]]
+    p = cell.point.load
+    info["measured_by"] = {"profile": session.settings.profile.name, "generations": p.num_requests,
+                           "warmup_generations": p.warmup, "worker_processes": conf.server_starts,
+                           "mode": "server", "options_hash": cell.as_dict()["options_hash"], "backend": BACKEND}
+    if getattr(benchmark, "disabled", False):
+        benchmark._mode = "perfsuite serving cell (pytest-benchmark disabled: nothing recorded)"
+        return info
+    record_rounds(benchmark, [v / 1e3 for v in values])
+    benchmark._mode = "perfsuite serving cell (vLLM OpenAI server under load)"
+    session.gate_check(request.node.nodeid, benchmark)
+    return info

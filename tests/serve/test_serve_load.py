@@ -1,0 +1,200 @@
+"""The load generator and the metric definitions against a stub server on loopback (fast) and by construction."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+from serve_stub import Stub
+
+from perfsuite.serve import datasets, metrics
+from perfsuite.serve.load import LoadResult, LoadSpec, Record, parse_load, run_load, schedule
+
+
+# ------------------------------------------------------------------------------------------- arrivals
+@pytest.mark.parametrize("mode,b", [("poisson", 1.0), ("gamma", 0.5), ("gamma", 4.0)])
+def test_open_loop_intervals_follow_the_gamma_distribution(mode, b):
+    rate, n = 5.0, 4000
+    t = schedule(LoadSpec(mode, rate=rate, burstiness=b, num_requests=n, seed=3))
+    gaps = np.diff(np.concatenate([[0.0], t]))
+    assert t[-1] == pytest.approx(n / rate)  # scaled as vLLM scales: last send at n/rate
+    assert n / t[-1] == pytest.approx(rate)
+    # scale rescaled by the normalisation (~1 %): the distribution is still gamma(b, 1/(rate*b))
+    assert stats.kstest(gaps, "gamma", args=(b, 0, 1 / (rate * b))).pvalue > 0.01
+    assert stats.variation(gaps) == pytest.approx(1 / math.sqrt(b), rel=0.1)  # burstiness: CV = 1/sqrt(b)
+    other = stats.gamma(b * 3, 0, 1 / (rate * b * 3))  # a different shape is rejected: the test can fail
+    assert stats.kstest(gaps, other.cdf).pvalue < 1e-6
+
+
+def test_schedules_are_seeded():
+    a = schedule(LoadSpec("poisson", rate=4, num_requests=50, seed=1))
+    assert np.array_equal(a, schedule(LoadSpec("poisson", rate=4, num_requests=50, seed=1)))
+    assert not np.array_equal(a, schedule(LoadSpec("poisson", rate=4, num_requests=50, seed=2)))
+    c = schedule(LoadSpec("constant", rate=4, num_requests=8))
+    assert np.allclose(np.diff(c), 0.25) and c[0] == pytest.approx(0.25)
+    assert not schedule(LoadSpec("poisson", rate=math.inf, num_requests=5)).any()
+
+
+@pytest.mark.parametrize("text,slug", [("poisson:4", "poisson-r4"), ("gamma:2:0.5", "gamma-r2-b0.5"),
+                                       ("constant:3@2", "constant-r3-c2"), ("closed:8", "closed-c8"),
+                                       ("poisson:inf", "poisson-rinf")])
+def test_parse_load(text, slug):
+    assert parse_load(text).slug == slug
+
+
+@pytest.mark.parametrize("bad", ["poisson", "poisson:0", "uniform:3", "constant:3:0.5", "gamma:2:0"])
+def test_parse_load_refuses_with_one_line(bad):
+    with pytest.raises(ValueError, match=r"load|burstiness"):
+        parse_load(bad)
+
+
+def test_arrivals_at_the_stub_match_the_schedule():
+    spec = LoadSpec("poisson", rate=40.0, num_requests=60, warmup=0, seed=5)
+    reqs = datasets.random_requests(60, 8, 2, 2048, seed=0)
+    with Stub(ttft_s=0.001, itl_s=0.001) as stub:
+        res = run_load(stub.base_url, "stub", reqs, spec)
+    late = np.array([r.sent_s for r in res.records]) - schedule(spec)
+    assert late.min() >= 0  # never early
+    assert np.median(late) < 0.005 and late.max() < 0.5  # a shared 2-core machine has hiccups; the median holds
+    arr = np.array(stub.arrivals) - stub.arrivals[0]
+    assert np.corrcoef(arr, schedule(spec))[0, 1] > 0.999
+    m = metrics.compute(res)
+    assert m["completed"] == 60 and m["failed"] == 0
+    assert m["p99_dispatch_delay_ms"] >= 0 and 0 < m["client_cpu_share"] < 2
+
+
+# -------------------------------------------------------------------------------- metric definitions
+def test_tpot_excludes_the_first_token_and_itl_is_per_chunk():
+    # 5 tokens in 3 chunks: first chunk at 100 ms, then chunks of 2 tokens 30 ms and 50 ms later
+    r = Record(0, 10, 5, ttft_s=0.100, itl_s=[0.030, 0.050], latency_s=0.180, output_tokens=5, success=True)
+    s = metrics.samples_ms([r])
+    assert s["tpot_ms"] == pytest.approx([20.0])  # (180 - 100) / (5 - 1)
+    assert s["itl_ms"] == pytest.approx([30.0, 50.0])  # per chunk, not per token
+    one = Record(1, 10, 1, ttft_s=0.1, latency_s=0.1, output_tokens=1, success=True)
+    assert metrics.samples_ms([one])["tpot_ms"] == []  # no TPOT for a one-token request...
+    assert metrics.goodput_count([one], {"tpot": 0.001}) == 1  # ...and TPOT 0 for goodput, as vLLM
+    no_usage = Record(2, 10, 3, ttft_s=0.1, itl_s=[0.01, 0.01], latency_s=0.12, success=True)
+    assert metrics.output_tokens(no_usage) == 3  # no usage chunk: the chunk count
+
+
+def test_compute_names_and_values_as_vllm_bench_serve():
+    recs = [Record(i, 8, 4, ttft_s=0.01 * (i + 1), itl_s=[0.005] * 3, latency_s=0.01 * (i + 1) + 0.015,
+                   output_tokens=4, success=True) for i in range(4)]
+    recs.append(Record(4, 8, 4, error="HTTP 500"))
+    m = metrics.compute(LoadResult(recs, duration_s=2.0, client_cpu_s=0.5), {"ttft": 25, "tpot": 6})
+    assert (m["completed"], m["failed"]) == (4, 1)
+    assert m["request_throughput"] == pytest.approx(2.0)
+    assert m["output_throughput"] == pytest.approx(8.0)
+    assert m["total_token_throughput"] == pytest.approx((32 + 16) / 2)
+    assert m["median_ttft_ms"] == pytest.approx(25.0) and m["mean_ttft_ms"] == pytest.approx(25.0)
+    assert m["p90_ttft_ms"] == pytest.approx(np.percentile([10, 20, 30, 40], 90))
+    assert m["median_tpot_ms"] == pytest.approx(5.0) and m["p99_itl_ms"] == pytest.approx(5.0)
+    assert m["request_goodput"] == pytest.approx(1.0)  # ttft 10 and 20 ms meet 25 ms
+    assert m["client_cpu_share"] == pytest.approx(0.25)
+    for k in ("mean", "median", "p90", "p99"):
+        for lat in ("ttft", "tpot", "itl", "e2el"):
+            assert f"{k}_{lat}_ms" in m
+    assert metrics.failure(m, 0.5) is None
+    assert "1 of 5 requests failed" in metrics.failure(m, 0.1)
+
+
+@pytest.mark.parametrize("bad", ["ttft", "ttft:-1", "itl:10", "ttft:abc"])
+def test_goodput_parse_refuses(bad):
+    with pytest.raises(ValueError, match="goodput SLO"):
+        metrics.parse_goodput(bad)
+
+
+def test_goodput_parse():
+    assert metrics.parse_goodput("ttft:200 tpot:50") == {"ttft": 200.0, "tpot": 50.0}
+    assert metrics.parse_goodput(["ttft:1", "e2el:9"]) == {"ttft": 1.0, "e2el": 9.0}
+
+
+def test_metrics_against_known_stub_delays():
+    ttft, itl, n = 0.040, 0.015, 6
+    reqs = datasets.random_requests(10, 16, n, 2048, seed=0)
+    with Stub(ttft_s=ttft, itl_s=itl) as stub:
+        res = run_load(stub.base_url, "stub", reqs, LoadSpec("constant", rate=20, num_requests=10, warmup=0))
+    m = metrics.compute(res, {"ttft": 1000, "tpot": 1000})
+    slack = 25.0  # ms: a busy shared 2-core machine wakes sleepers late; never early
+    assert ttft * 1e3 <= m["median_ttft_ms"] < ttft * 1e3 + slack
+    assert itl * 1e3 <= m["median_itl_ms"] < itl * 1e3 + slack
+    assert itl * 1e3 <= m["median_tpot_ms"] < itl * 1e3 + slack
+    assert len(metrics.samples_ms(res.records)["itl_ms"]) == 10 * (n - 1)
+    assert m["total_output_tokens"] == 10 * n and m["total_input_tokens"] == 160
+    assert m["request_goodput"] == pytest.approx(m["request_throughput"])
+    assert stub.bodies[0]["ignore_eos"] is True and stub.bodies[0]["stream"] is True
+
+
+def test_chunks_of_several_tokens_count_usage_tokens():
+    reqs = datasets.random_requests(3, 4, 6, 2048)
+    with Stub(ttft_s=0.005, itl_s=0.005, tokens_per_chunk=2) as stub:
+        res = run_load(stub.base_url, "stub", reqs, LoadSpec("poisson", rate=math.inf, num_requests=3, warmup=0))
+    assert all(r.output_tokens == 6 and len(r.itl_s) == 2 for r in res.records)
+
+
+def test_failed_requests_are_counted_and_fail_the_point():
+    reqs = datasets.random_requests(12, 4, 2, 2048)
+    with Stub(ttft_s=0.002, itl_s=0.002, fail_every=4) as stub:
+        res = run_load(stub.base_url, "stub", reqs, LoadSpec("poisson", rate=100, num_requests=12, warmup=0))
+    m = metrics.compute(res)
+    assert (m["completed"], m["failed"]) == (9, 3)
+    assert "HTTP 500" in next(iter(m["errors"]))
+    assert metrics.failure(m, 0.25) is None and metrics.failure(m, 0.2)
+
+
+def test_max_concurrency_caps_in_flight_and_queue_wait_is_not_dispatch_delay():
+    reqs = datasets.random_requests(8, 4, 3, 2048)
+    with Stub(ttft_s=0.05, itl_s=0.01) as stub:
+        res = run_load(stub.base_url, "stub", reqs, LoadSpec("poisson", rate=math.inf, max_concurrency=2,
+                                                             num_requests=8, warmup=0))
+    starts = sorted((r.sent_s, r.sent_s + r.latency_s) for r in res.records)
+    for s, _ in starts:
+        assert sum(a <= s + 1e-4 < b for a, b in starts) <= 2
+    assert max(r.queue_s for r in res.records) > 0.1  # the later ones waited for a slot...
+    assert np.median([r.dispatch_delay_s for r in res.records]) < 0.01  # ...which is not the client's lateness
+
+
+def test_closed_loop_users_send_back_to_back():
+    reqs = datasets.random_requests(9, 4, 2, 2048)
+    with Stub(ttft_s=0.02, itl_s=0.005) as stub:
+        res = run_load(stub.base_url, "stub", reqs, LoadSpec("closed", concurrency=3, num_requests=9, warmup=0))
+    assert all(r.success for r in res.records)
+    assert sorted(r.scheduled_s for r in res.records)[:3] == [0.0, 0.0, 0.0]
+    assert res.duration_s > 3 * 0.025  # three rounds of three
+
+
+def test_warmup_is_sent_and_excluded():
+    reqs = datasets.random_requests(4, 4, 2, 2048)
+    warm = datasets.random_requests(3, 4, 2, 2048, seed=9)
+    with Stub(ttft_s=0.002, itl_s=0.002) as stub:
+        res = run_load(stub.base_url, "stub", reqs, LoadSpec("poisson", rate=50, num_requests=4, warmup=3),
+                       warmup=warm)
+    assert len(stub.bodies) == 7 and len(res.records) == 4
+
+
+def test_abort_stops_sending_and_fails_the_rest():
+    reqs = datasets.random_requests(20, 4, 2, 2048)
+    calls = []
+
+    def abort():
+        calls.append(1)
+        return "server exited with status -9" if len(calls) > 2 else None
+
+    with Stub(ttft_s=0.002, itl_s=0.002) as stub:
+        res = run_load(stub.base_url, "stub", reqs, LoadSpec("constant", rate=10, num_requests=20, warmup=0),
+                       abort=abort)
+    assert res.aborted == "server exited with status -9"
+    m = metrics.compute(res)
+    assert m["failed"] > 10 and any("server exited" in e for e in m["errors"])
+
+
+def test_connection_refused_counts_as_failed():
+    from perfsuite.serve.server import free_port
+
+    reqs = datasets.random_requests(3, 4, 2, 2048)
+    res = run_load(f"http://127.0.0.1:{free_port()}", "x", reqs, LoadSpec("poisson", rate=100, num_requests=3,
+                                                                          warmup=0))
+    m = metrics.compute(res)
+    assert m["failed"] == 3 and metrics.failure(m, 0.5)
