@@ -97,5 +97,10 @@ def options_hash_of(cell: dict[str, Any]) -> str:
 
 
 def model_slug(model: str) -> str:
-    """Preset names stay as they are; paths and hub ids become their last component."""
-    return model.rstrip("/").rsplit("/", 1)[-1].replace("_", "-").lower()
+    """Preset names stay as they are; paths and hub ids become their last component, with ``local-`` in front when
+    that component is a preset's name (``./m/tiny-llama`` -> ``local-tiny-llama``): another model must not read as
+    the preset, share its baselines' test names, or be merged with it when both are selected."""
+    from perfsuite.models import PRESETS
+
+    slug = model.rstrip("/").rsplit("/", 1)[-1].replace("_", "-").lower()
+    return f"local-{slug}" if model not in PRESETS and slug in PRESETS else slug

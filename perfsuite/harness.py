@@ -65,9 +65,12 @@ def workers_for(session: PerfSession, cell: Cell) -> int:
 
 def measured_by(session: PerfSession, cell: Cell, workers: int, mode: str) -> dict[str, Any]:
     """Everything about *how* a value was measured that must match before two runs are compared."""
+    from perfsuite import model_identity
+
     p = session.settings.profile
     return {"profile": p.name, "generations": p.generations, "warmup_generations": p.warmup_generations,
-            "worker_processes": workers, "mode": mode, "options_hash": options_hash(cell)}
+            "worker_processes": workers, "mode": mode, "options_hash": options_hash(cell),
+            "model": model_identity.of(cell.model, session.settings.config.cache_dir)}
 
 
 Progress = Callable[[int, int, str, ProcessResult], None]

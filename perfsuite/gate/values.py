@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite import model_identity
 from perfsuite.gate import stats
 from perfsuite.gate.policy import _LAT, _STATS
 
@@ -125,4 +126,4 @@ def mismatch(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[st
         if k in cur or k in base:
             if cur.get(k) != base.get(k):
                 out.append(f"{k} {cur.get(k)} vs {base.get(k)}")
-    return out
+    return out + model_identity.mismatch(current, baseline)  # measured_by["model"]: which model was measured

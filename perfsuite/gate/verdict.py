@@ -7,7 +7,7 @@ and per-hypothesis level ``alpha`` (Bonferroni share inside pytest, Holm in ``pe
 * unchanged:    the (1 - 2 alpha) interval lies inside (1/(1+tau), 1+tau)  (equivalence, TOST)
 * inconclusive: anything else, with the minimum detectable effect reached
 * incomparable: no baseline run was measured the same way (profile, generations, warm-up, worker processes,
-                backend options): nothing is compared and nothing fails
+                backend options, model identity): nothing is compared and nothing fails
 
 Only "regression" fails. Exact metrics compare values (with an optional tolerance) instead.
 """

@@ -41,9 +41,20 @@ def make_job(cell: Cell, metrics: list[str], *, generations: int, warmup: int, c
     bad = [m for m in metrics if m not in METRICS]
     if bad or not metrics:
         raise ValueError(f"metrics must be a non-empty subset of {METRICS}, got {metrics}")
-    return {"protocol": PROTOCOL, "cell": cell.as_dict(), "metrics": list(metrics), "generations": int(generations),
-            "warmup": int(warmup), "cache_dir": cache_dir, "index": int(index), "label": label,
-            "cprofile": bool(cprofile)}
+    return {"protocol": PROTOCOL, "cell": {**cell.as_dict(), "model": _absolute(cell.model)},
+            "metrics": list(metrics), "generations": int(generations), "warmup": int(warmup), "cache_dir": cache_dir,
+            "index": int(index), "label": label, "cprofile": bool(cprofile)}
+
+
+def _absolute(model: str) -> str:
+    """A checkpoint directory given relative to this process's cwd, as an absolute path: workers run elsewhere
+    (``cwd`` = the perfsuite tree), where ``./m/model`` is another folder or none."""
+    from pathlib import Path
+
+    from perfsuite.models import PRESETS
+
+    p = Path(model).expanduser()
+    return str(p.resolve()) if model not in PRESETS and not p.is_absolute() and p.is_dir() else model
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,7 +138,16 @@ def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project):
     deadline = time.monotonic() + 300
     assert proc.stdout is not None
     while "measuring" not in seen and time.monotonic() < deadline:
-        seen += proc.stdout.readline()
+        line = proc.stdout.readline()
+        if not line:  # the run ended before measuring (e.g. refused): fail now, not after the deadline
+            break
+        seen += line
+    if "measuring" not in seen:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stdout.close()
+        pytest.fail(f"the run never started measuring:\n{seen}", pytrace=False)
     time.sleep(1.0)
     os.killpg(proc.pid, signal.SIGINT)
     out = seen + proc.stdout.read()
@@ -239,6 +248,7 @@ def test_recording_refuses_before_measuring(project):
     assert "Traceback" not in res.stderr.str()
 
 
+@pytest.mark.slow
 def test_unavailable_backend_skips_with_reason(project):
     p = project()
     # No GPU here: without an explicit runner class there is nothing to fingerprint (a usage error) ...

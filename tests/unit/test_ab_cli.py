@@ -111,6 +111,7 @@ def test_interpreter_that_imports_another_tree(trees: tuple[Path, Path], capsys:
     assert f"imports perfsuite from {ROOT / 'perfsuite'}, not from {a}" in one_line_error(capsys)
 
 
+@pytest.mark.slow  # four probes of each side that import torch (~20 s on 2 cores)
 def test_sides_whose_cells_differ(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     a = make_tree(tmp_path / "a")
     b = make_tree(tmp_path / "b", scenario="short")

@@ -17,6 +17,8 @@ from perfsuite.backends import create
 from perfsuite.cells import Cell, Scenario
 from perfsuite.quant import awq
 
+pytestmark = pytest.mark.slow  # each test starts a vLLM engine (~10-20 s on 2 cores): the slow tier
+
 B, P, N = 2, 64, 32
 
 

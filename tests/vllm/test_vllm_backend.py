@@ -16,6 +16,8 @@ from perfsuite import greedy, models
 from perfsuite.backends import create
 from perfsuite.cells import Cell, Scenario
 
+pytestmark = pytest.mark.slow  # every test needs a vLLM engine (~10-20 s on 2 cores): the slow tier
+
 P, N = 64, 32
 REPS = 4  # the first generation is a warm-up; agreement is checked on the rest
 

@@ -20,6 +20,8 @@ from perfsuite.backends import create  # noqa: E402
 from perfsuite.backends.vllm_backend import VllmBackend, VllmWorkerDied  # noqa: E402
 from perfsuite.cells import Cell, Scenario  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each test starts a vLLM engine (~10-20 s on 2 cores): the slow tier
+
 P, N = 16, 8
 
 

@@ -90,6 +90,7 @@ def test_pins_permissions_and_loud_installs(name: str) -> None:
         "pass expressions to run: through env (template injection)"
 
 
+@pytest.mark.slow
 def test_ci_yml_steps_run_here(tmp_path: Path) -> None:
     """ci.yml as CI runs it; the suite itself only collects here (it is the suite running this test)."""
     sim = simu.Sim(tmp_path, simu.load("ci.yml"), "ci.yml", env_overrides={"PYTEST_ADDOPTS": "--collect-only -q"})
