@@ -106,3 +106,15 @@ def test_run_table_shows_every_median_and_the_throughputs_of_a_serving_cell():
 def test_the_repository_nightly_table_is_a_sweep():
     conf = sc.load(ROOT / "pyproject.toml", "nightly")
     assert conf.cells and all(c.point.sweep for c in conf.cells)
+
+
+def test_run_table_keeps_engine_and_serving_cells_apart():
+    from perfsuite.commands.run import table as run_table
+
+    engine = {"name": "test_ttft[torch-x]", "extra_info": {"cell": {"id": "torch-x"}, "metric": "ttft",
+                                                            "median_ttft_ms": 1.5}, "stats": {"median": 0.0015}}
+    lines = run_table({"benchmarks": [engine, *RUN["benchmarks"]]}, None)
+    split = lines.index("")
+    cid = RUN["benchmarks"][0]["extra_info"]["cell"]["id"]
+    assert any(ln.startswith("torch-x") for ln in lines[:split]) and not any(cid in ln for ln in lines[:split])
+    assert lines[split + 1].startswith("serving cell") and any(ln.startswith(cid) for ln in lines[split:])
