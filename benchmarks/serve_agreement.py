@@ -1,5 +1,6 @@
 """perfsuite's serving client vs ``vllm bench serve`` on the SAME running vLLM server with the same load (rate,
-seed, lengths, ignore_eos), interleaved ABAB so that drift of a shared machine falls on both; plus the client's own
+seed, lengths, ignore_eos), interleaved ABBA (pair k runs ours first when k is even, vLLM's first when odd:
+:func:`order`) so that drift of a shared machine and a run's position in its pair fall on both; plus the client's own
 figures (dispatch delay, CPU share) and client TTFT vs the server's histogram. Writes a JSON and prints the table
 for docs/serving.md.
 
@@ -33,6 +34,12 @@ VLLM_BENCH = ("import sys; from vllm.benchmarks.serve import add_cli_args, main;
               "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
 KEYS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "request_throughput", "mean_ttft_ms", "mean_tpot_ms",
         "mean_itl_ms", "output_throughput")
+
+
+def order(k: int) -> tuple[str, str]:
+    """ABBA: pair k's order. Over every two pairs each client runs first once, so a steady drift or a cost of
+    running first (or second) cancels from the medians instead of always falling on one client."""
+    return ("perfsuite", "vllm") if k % 2 == 0 else ("vllm", "perfsuite")
 
 
 def vllm_bench(base_url: str, model: str, tokenizer: Path, load: str, n: int, warmup: int, in_len: int,
@@ -96,16 +103,20 @@ def main() -> int:
                 seed = k
                 pt = point_from({"load": load, "num_prompts": a.num_prompts, "warmup": a.warmup, "seed": seed,
                                  "input_len": a.input_len, "output_len": a.output_len})
-                r = run_point(srv.base_url, name, pt, vocab_size=vocab, cache_dir=cache, abort=srv.abort_reason)
-                m = r["metrics"]
-                ours.append({**{x: m[x] for x in KEYS}, "p99_dispatch_delay_ms": m["p99_dispatch_delay_ms"],
-                             "max_dispatch_delay_ms": m["max_dispatch_delay_ms"],
-                             "client_cpu_share": m["client_cpu_share"], "failed": m["failed"],
-                             "prometheus_ttft": r["prometheus"].get("ttft")})
-                v = vllm_bench(srv.base_url, name, folder, load, a.num_prompts, a.warmup, a.input_len,
-                               a.output_len, seed, tmp / f"vllm-{load.replace(':', '-')}-{k}.json")
-                theirs.append({x: v[x] for x in KEYS} | {"failed": v.get("failed")})
-                print(f"{load} pair {k}: ours {[round(ours[-1][x], 3) for x in KEYS[:4]]} vllm "
+                for who in order(k):
+                    if who == "perfsuite":
+                        r = run_point(srv.base_url, name, pt, vocab_size=vocab, cache_dir=cache,
+                                      abort=srv.abort_reason)
+                        m = r["metrics"]
+                        ours.append({**{x: m[x] for x in KEYS}, "p99_dispatch_delay_ms": m["p99_dispatch_delay_ms"],
+                                     "max_dispatch_delay_ms": m["max_dispatch_delay_ms"],
+                                     "client_cpu_share": m["client_cpu_share"], "failed": m["failed"],
+                                     "prometheus_ttft": r["prometheus"].get("ttft"), "first": who == order(k)[0]})
+                    else:
+                        v = vllm_bench(srv.base_url, name, folder, load, a.num_prompts, a.warmup, a.input_len,
+                                       a.output_len, seed, tmp / f"vllm-{load.replace(':', '-')}-{k}.json")
+                        theirs.append({x: v[x] for x in KEYS} | {"failed": v.get("failed"), "first": who == order(k)[0]})
+                print(f"{load} pair {k} ({'/'.join(order(k))}): ours {[round(ours[-1][x], 3) for x in KEYS[:4]]} vllm "
                       f"{[round(theirs[-1][x], 3) for x in KEYS[:4]]}", flush=True)
             summary = {}
             for x in KEYS:

@@ -117,7 +117,8 @@ def _members(cells: list[dict[str, Any]], config: Any, alpha: float) -> list[Mem
     out: list[Member] = []
     for c in cells:
         for m in METRICS:
-            for pol in config.policies_for(c["id"], f"test_{m}[{c['id']}]"):
+            test = f"test_{m}_under_load[{c['id']}]" if c["backend"] == "vllm-serve" else f"test_{m}[{c['id']}]"
+            for pol in config.policies_for(c["id"], test):
                 lat = _LAT.match(pol.metric)
                 if pol.exact or not lat or lat.group(2) not in _samples_of(m):
                     continue
@@ -146,6 +147,7 @@ def main(args: argparse.Namespace) -> int:
     from perfsuite.gate import sequential
     from perfsuite.gate.policy import PolicyError, load_config
     from perfsuite.progress import Progress
+    from perfsuite.serve import replicate as serve_replicate
     from perfsuite.worker import pool
 
     check_locations((args.out, "--out", "folder"), (args.json, "--json", "file"), cache=True)
@@ -174,6 +176,7 @@ def main(args: argparse.Namespace) -> int:
             plans[s] = pool.plan(side, plan_args)
             pool.probe(side, ("perfsuite.worker.child", *pool.preload_modules({c["backend"] for c in
                                                                                plans[s]["cells"]})))
+            plans[s]["cells"] += serve_replicate.cells(side, plan_args)  # serving cells: a start is a replicate
     except pool.SideError as exc:
         raise UsageError(str(exc)) from None
     cells = _same_cells(plans["a"], plans["b"])
@@ -303,6 +306,10 @@ def _measure(pl: Any, cell: dict[str, Any], plan: dict[str, Any], n: int, s: str
     from perfsuite.worker import pool
     from perfsuite.worker.job import METRICS, cell_from_dict, make_job
 
+    if cell["backend"] == "vllm-serve":  # a server start from the side's own tree (perfsuite.serve.replicate)
+        from perfsuite.serve.replicate import measure_or_fail
+
+        return measure_or_fail(pl.side, cell, plan["profile"], n, s.upper())
     c = cell_from_dict(cell)
     metrics = list(METRICS)
     random.shuffle(metrics)

@@ -13,6 +13,7 @@ and turns them into what each verdict can detect here: the minimum detectable ef
 needs to decide a 5 % and a 2 % slowdown.
 
   perfsuite calibrate --runs 5 --backend torch --gap 60s --json calib.json
+  perfsuite calibrate --profile pr --cells 'vllm-serve-*' --runs 3 --workers 2   # serving: a start per replicate
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def register(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     from perfsuite.gate.policy import PolicyError, load_config
     from perfsuite.progress import Progress
+    from perfsuite.serve import calibrate as serve_calibrate
     from perfsuite.worker import pool
     from perfsuite.worker.job import METRICS, cell_from_dict, make_job
 
@@ -62,15 +64,25 @@ def main(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
     side = pool.this_side()
+    plan_args = {"profile": args.profile, "backend": args.backend, "model": args.model, "device": "cpu",
+                 "cells": args.cells}
     try:
-        plan = pool.plan(side, {"profile": args.profile, "backend": args.backend, "model": args.model,
-                                "device": "cpu", "cells": args.cells})
+        plan = pool.plan(side, plan_args)
     except pool.SideError as exc:
         raise UsageError(str(exc)) from None
-    if not plan["cells"]:
-        raise UsageError("no cell selected; check --profile/--backend/--model/--cells")
+    serve_conf, serving = serve_calibrate.select(args.profile, plan_args, side.tree)
+    if not plan["cells"] and not serving:
+        raise UsageError("no cell selected; check --profile/--backend/--model/--cells (serving cells: --cells "
+                         "'vllm-serve-*')")
     cells = [cell_from_dict(c) for c in plan["cells"]]
     workers = args.workers or 10
+    serve_rep = None
+    if serving:  # a replicate is a server start: --workers starts per run (default the profile's, at least 2)
+        starts = args.workers or max(2, serve_conf.server_starts)
+        vals, start_s = serve_calibrate.measure(serving, serve_conf, args.runs, starts, gap, args.seed, say=print)
+        serve_rep = serve_calibrate.report(vals, config, starts, start_s, serve_conf.server_starts)
+        if not cells:
+            return _emit({"serving": serve_rep}, args.json, serve_calibrate.format_lines(serve_rep))
     rng = random.Random(args.seed)
     # values[cell][metric][run] = list of (process value, generation values)
     values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]] = {
@@ -98,17 +110,27 @@ def main(args: argparse.Namespace) -> int:
                 prog.update(f"run {r + 1}/{args.runs}, process {k}/{len(jobs)}")
     prog.done()
     report = decompose(values, config, workers, float(np.mean(walls)))
-    for line in format_report(report):
+    lines = format_report(report)
+    if serve_rep is not None:
+        report["serving"] = serve_rep
+        lines += serve_calibrate.format_lines(serve_rep)
+    return _emit(report, args.json, lines)
+
+
+def _emit(report: dict[str, Any], path: Path | None, lines: list[str]) -> int:
+    for line in lines:
         print(line)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+    if path:
+        path.write_text(json.dumps(report, indent=1))
     return 0
 
 
 def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]], config: Any, workers: int,
-              process_wall_s: float) -> dict[str, Any]:
+              process_wall_s: float, gate_workers: int | None = None) -> dict[str, Any]:
+    """``workers``: replicates measured per run; ``gate_workers``: those a gated run has (default the same)."""
     from perfsuite.gate import sequential, stats
 
+    gw = gate_workers or workers
     out: dict[str, Any] = {"workers": workers, "process_wall_s": process_wall_s, "cells": {}}
     n_members = sum(len(v) for v in values.values())
     for cid, per_metric in values.items():
@@ -126,7 +148,7 @@ def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]
             r = config.baseline_runs
             alpha_test = config.alpha / n_members
             thr = math.log1p(next((p.threshold for p in config.policies if p.metric == f"median_{m}_ms"), 0.03))
-            se = math.sqrt((s_a**2 + s_e**2 / workers) * (1 + 1 / r))
+            se = math.sqrt((s_a**2 + s_e**2 / gw) * (1 + 1 / r))
             mde_gate = stats.mde(se, r - 1, alpha_test, config.power, thr)
             tau, eps = math.log1p(config.ab_threshold), math.log1p(config.ab_margin)
             pair_s = 2 * process_wall_s

@@ -115,8 +115,13 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     whose decode working set fits the last-level cache; "> peak" above the reference (:func:`roofline_notes` says
     why), "—" where the run recorded neither."""
     from perfsuite.roofline_cache import pct
+    from perfsuite.serve import table as serving  # serving cells: their own columns, vLLM's names
 
+    serve_rows = serving.rows(current, base)
     cur, old = _by_cell(current), _by_cell(base or {})
+    cur = {k: v for k, v in cur.items() if k not in serving.by_cell(current)}
+    if serve_rows and not cur:
+        return serve_rows
     head = (f"{'cell':<48} {'options':<12} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} {'tok/s':>8} "
             f"{'peak MiB':>9} {'BW GB/s':>8} {'BW %':>6} {'ΔTTFT':>7} {'ΔTPOT':>7}")
     rows = [head, "-" * len(head)]
@@ -136,7 +141,7 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
                     f"{_gbs(pi.get('achieved_bandwidth_bytes_per_s')):>8} "
                     f"{pct(pi):>6} "
                     f"{_change(t, old.get(cell, {}).get('ttft')):>7} {_change(p, old.get(cell, {}).get('tpot')):>7}")
-    return rows
+    return rows + ([""] + serve_rows if serve_rows else [])
 
 
 def roofline_notes(current: dict[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ runs every load point of its server once, in a seeded random order; ``server_sta
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import sys
 import tempfile
@@ -148,6 +149,7 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
     dies fails that server's cells (with the log's tail); a point over the failure threshold fails its cell."""
     from perfsuite.serve.point import run_point
     from perfsuite.serve.server import ServerError
+    from perfsuite.serve.sweep import sweep_cell_point
 
     rng = random.Random(seed)
     out = {c.id: CellRuns(c) for c in cells}
@@ -165,12 +167,18 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
                             f"{conf.server_starts})")
                     order = list(group)
                     rng.shuffle(order)
+                    at = functools.partial(run_point, srv.base_url, name, vocab_size=vocab, cache_dir=cache,
+                                           slos_ms=conf.goodput or None, max_failed_fraction=conf.max_failed_fraction,
+                                           abort=srv.abort_reason)
                     for c in order:
                         if out[c.id].error:
                             continue
-                        r = run_point(srv.base_url, name, c.point, vocab_size=vocab, cache_dir=cache,
-                                      slos_ms=conf.goodput or None, max_failed_fraction=conf.max_failed_fraction,
-                                      abort=srv.abort_reason)
+                        r = sweep_cell_point(at, c.point) if c.point.sweep else at(c.point)
+                        if c.point.sweep:
+                            srv.check()  # saturation stops a sweep; a dead server fails it
+                            if say:
+                                say(f"perfsuite: {c.id}: sweep stopped {r['sweep']['stopped']}; knee "
+                                    f"{r['sweep']['knee_rate']} req/s")
                         if r["failure"]:
                             srv.check()  # a dead server says so with its log's tail
                             out[c.id].error = f"{c.id}: {r['failure']}"

@@ -44,9 +44,14 @@ def curves(docs: Iterable[Mapping[str, Any]]) -> dict[str, Curve]:
             m = {k: sum(float(s.get(k, 0.0)) for s in starts) / len(starts)
                  for k in ("request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms")}
             row = _row(m, (cell.get("point") or {}).get("load", {}).get("rate"))
+            pc = "prefix caching" if cell.get("prefix_caching") else "no prefix caching"
             if row:
-                pc = "prefix caching" if cell.get("prefix_caching") else "no prefix caching"
                 out.setdefault(f"{rc} · {cell.get('model')} {cell.get('dtype')} {pc}", []).append(row)
+            for p in (info.get("sweep") or {}).get("points") or []:  # a sweep cell: its own curve, up to the stop
+                row = _row(p.get("metrics") or {}, (p.get("point") or {}).get("load", {}).get("rate"))
+                if row:
+                    out.setdefault(f"{rc} · {cell.get('id')} sweep (knee {info['sweep'].get('knee_rate')} req/s)",
+                                   []).append(row)
     return {k: sorted(v, key=lambda r: r["request_throughput"]) for k, v in out.items()}
 
 

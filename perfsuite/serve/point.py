@@ -25,6 +25,7 @@ class Point:
     prefix_len: int = 0  # shared-prefix: tokens of the common prefix (input_len is the suffix)
     prefix_groups: int = 4
     sharegpt_path: str | None = None  # default: generated into the cache
+    sweep: tuple[float, ...] = ()  # rising rates above load.rate: the cell sweeps to saturation (perfsuite.serve.sweep)
 
     def __post_init__(self) -> None:
         if self.dataset not in datasets.DATASETS:
@@ -33,16 +34,25 @@ class Point:
             raise ValueError("input_len and output_len must be >= 1")
         if self.dataset == "shared-prefix" and self.prefix_len < 1:
             raise ValueError("the shared-prefix dataset needs prefix_len >= 1")
+        if self.sweep and (self.load.mode == "closed" or list(self.sweep) != sorted(set(self.sweep))
+                           or self.sweep[0] <= self.load.rate):
+            raise ValueError(f"sweep {list(self.sweep)}: write rising request rates above the open-loop load's "
+                             f"rate ({self.load.slug}), e.g. load = \"poisson:2\", sweep = [4, 8, 16]")
 
     @property
     def slug(self) -> str:
         ds = {"random": f"random-i{self.input_len}-o{self.output_len}",
               "sharegpt": f"sharegpt-o{self.output_len}" if self.output_len else "sharegpt",
               "shared-prefix": f"prefix{self.prefix_len}x{self.prefix_groups}-i{self.input_len}-o{self.output_len}"}
-        return f"{ds[self.dataset]}-{self.load.slug}-n{self.load.num_requests}"
+        sweep = f"-sweep{self.sweep[-1]:g}" if self.sweep else ""
+        return f"{ds[self.dataset]}-{self.load.slug}-n{self.load.num_requests}{sweep}"
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.sweep:
+            d["sweep"] = list(self.sweep)
+        else:  # a point without a sweep keeps the options hash it had before sweeps existed
+            del d["sweep"]
         d["slug"] = self.slug
         return d
 
@@ -50,7 +60,7 @@ class Point:
 def point_from(table: Mapping[str, Any], where: str = "point") -> Point:
     """``{load = "poisson:4", num_prompts = 24, warmup = 2, seed = 0, dataset = "random", input_len = 64, ...}``"""
     allowed = {"load", "num_prompts", "warmup", "seed", "dataset", "input_len", "output_len", "prefix_len",
-               "prefix_groups", "sharegpt_path"}
+               "prefix_groups", "sharegpt_path", "sweep"}
     bad = sorted(set(table) - allowed)
     if bad:
         raise ValueError(f"{where}: unknown key {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
@@ -58,7 +68,15 @@ def point_from(table: Mapping[str, Any], where: str = "point") -> Point:
                       warmup=int(table.get("warmup", 2)), seed=int(table.get("seed", 0)))
     kw = {k: table[k] for k in ("dataset", "input_len", "output_len", "prefix_len", "prefix_groups", "sharegpt_path")
           if k in table}
-    return Point(spec, **kw)
+    if "sweep" in table:
+        sw = table["sweep"]
+        if not isinstance(sw, list) or not all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in sw):
+            raise ValueError(f"{where} sweep: a list of request rates, e.g. [4, 8, 16], got {sw!r}")
+        kw["sweep"] = tuple(float(r) for r in sw)
+    try:
+        return Point(spec, **kw)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def requests(point: Point, vocab_size: int, cache_dir: Path, seed_offset: int = 0) -> list[Request]:

@@ -96,6 +96,12 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
                               "samples"].get(key, [])}, "metrics": rep.result["metrics"],
                           "prometheus": rep.result["prometheus"]} for rep in reps]
     info["records"] = [r for rep in reps for r in rep.result["records"]]
+    sweeps = [rep.result["sweep"] for rep in reps if rep.result.get("sweep")]
+    if sweeps:  # a sweep cell: the knee of each start (per start in processes); the lowest knee on top
+        for proc, rep in zip(info["processes"], reps, strict=True):
+            proc["sweep"] = rep.result.get("sweep")
+        low = min(sweeps, key=lambda s: -1.0 if s["knee_rate"] is None else s["knee_rate"])
+        info["sweep"] = {**low, "knee_rate_per_start": [s["knee_rate"] for s in sweeps]}
     p = cell.point.load
     info["measured_by"] = {"profile": session.settings.profile.name, "generations": p.num_requests,
                            "warmup_generations": p.warmup, "worker_processes": conf.server_starts,

@@ -52,3 +52,24 @@ def sweep(run: Callable[[float], dict[str, Any]], rates: Sequence[float], **rule
             "knee": ({k: knee["metrics"][k] for k in ("request_throughput", "output_throughput", "median_ttft_ms",
                                                       "median_tpot_ms", "p99_ttft_ms", "p99_tpot_ms")}
                      if knee else None), "points": points}
+
+
+def sweep_cell_point(run: Callable[[Any], dict[str, Any]], point: Any, **rules: float) -> dict[str, Any]:
+    """A serving cell's sweep point (``sweep = [rates]`` in its table): the point's own load first, then each sweep
+    rate until saturation. Returns the first point's result (what the cell's tests record and the gate compares:
+    a fixed load, the same every run) with ``sweep``: the rates, where it stopped, the knee and every point's
+    metrics (records dropped: the fixed point keeps its own). The first point failing fails the cell; a later one
+    failing is saturation."""
+    from dataclasses import replace
+
+    rates = [point.load.rate, *point.sweep]
+    first: list[dict[str, Any]] = []
+
+    def one(rate: float) -> dict[str, Any]:
+        r = run(replace(point, load=replace(point.load, rate=rate), sweep=()))
+        first.append(r)
+        return r
+
+    sw = sweep(one, rates, **rules)
+    sw["points"] = [{k: p[k] for k in ("point", "metrics", "failure")} for p in sw["points"]]
+    return {**first[0], "sweep": sw}

@@ -119,3 +119,23 @@ def test_vllm_killed_mid_load_fails_the_cell_and_leaves_no_process(tmp_path):
     assert err and "exited with status -9" in err
     time.sleep(2)
     assert seen and not _procs_of(seen)
+
+
+@pytest.mark.slow
+def test_a_serving_replicate_from_a_side_starts_real_vllm_and_leaves_no_process():
+    """perfsuite ab's serving replicate with vLLM itself: one start from this tree as a side (the pr table's
+    poisson:4 cell), the point's samples and /metrics check, no process of the server left after."""
+    from pathlib import Path
+
+    from perfsuite.serve import replicate
+    from perfsuite.worker.pool import this_side
+
+    conf = sc.load(Path(__file__).resolve().parents[2] / "pyproject.toml", "pr")
+    cell = next(c for c in conf.cells if c.point.load.rate == 4.0)
+    pr = replicate.measure(this_side("A"), cell.as_dict(), "pr", 0, "A")
+    assert pr.error is None, pr.detail
+    assert pr.pid > 0 and pr.load_s > 0 and pr.perfsuite_file.startswith(str(this_side().tree))
+    assert len(pr.metrics["ttft"].samples["ttft_ms"]) == cell.point.load.num_requests
+    assert pr.metrics["tpot"].generated_tokens == cell.point.load.num_requests * cell.point.output_len
+    assert pr.backend_info["prometheus"]["ttft"]["count"] == cell.point.load.num_requests
+    assert not psutil.pid_exists(pr.pid) or psutil.Process(pr.pid).status() == psutil.STATUS_ZOMBIE

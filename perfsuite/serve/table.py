@@ -1,0 +1,67 @@
+"""``perfsuite run``'s rows for serving cells: the vLLM-named medians (``median_{ttft,tpot,itl,e2el}_ms``) and the
+throughputs (``request_throughput``, ``request_goodput``) of every serving cell, one row per cell, with the change
+of median TTFT and TPOT against the latest baseline run (an indication: the gate decides), and the knee of a sweep
+cell. The engine cells keep their own table (perfsuite.commands.run.table)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perfsuite.serve.cell import BACKEND
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+COLUMNS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms", "request_throughput",
+           "request_goodput")
+
+
+def by_cell(data: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Serving cells of a pytest-benchmark run: cell id -> metric (ttft, tpot, itl, e2el) -> benchmark."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info") or {}
+        cell = info.get("cell") or {}
+        if cell.get("backend") == BACKEND and info.get("metric") in METRICS:
+            out.setdefault(str(cell.get("id")), {})[info["metric"]] = b
+    return out
+
+
+def _num(v: Any, fmt: str = ".3f") -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) else "—"
+
+
+def _change(cur: Mapping[str, Any] | None, base: Mapping[str, Any] | None, key: str) -> str:
+    a = ((cur or {}).get("extra_info") or {}).get(key)
+    b = ((base or {}).get("extra_info") or {}).get(key)
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b:
+        return "—"
+    return f"{a / b - 1:+.1%}"
+
+
+def rows(current: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> list[str]:
+    """The serving table (no lines when the run has no serving cell). Throughputs and goodput are per server start
+    averaged (extra_info); goodput is "—" when the profile sets no SLO (``goodput``)."""
+    cur, old = by_cell(current), by_cell(base or {})
+    if not cur:
+        return []
+    head = (f"{'serving cell':<64} " + " ".join(f"{c:>{max(len(c), 9)}}" for c in COLUMNS)
+            + f" {'Δmedian_ttft':>12} {'Δmedian_tpot':>12}")
+    out = [head, "-" * len(head)]
+    knees = []
+    for cid, tests in cur.items():
+        vals = [((tests.get(m) or {}).get("extra_info") or {}).get(f"median_{m}_ms") for m in METRICS]
+        info = next(((tests[m].get("extra_info") or {}) for m in METRICS if m in tests), {})
+        vals += [info.get("request_throughput"), info.get("request_goodput")]
+        o = old.get(cid, {})
+        out.append(f"{cid:<64} " + " ".join(f"{_num(v):>{max(len(c), 9)}}" for c, v in zip(COLUMNS, vals,
+                                                                                           strict=True))
+                   + f" {_change(tests.get('ttft'), o.get('ttft'), 'median_ttft_ms'):>12}"
+                   f" {_change(tests.get('tpot'), o.get('tpot'), 'median_tpot_ms'):>12}")
+        sw = info.get("sweep")
+        if isinstance(sw, Mapping):
+            knees.append(f"  {cid}: sweep {', '.join(f'{r:g}' for r in sw.get('rates', []))} req/s; knee "
+                         + (f"{sw['knee_rate']:g} req/s ({_num((sw.get('knee') or {}).get('request_throughput'))} "
+                            "req/s achieved)" if sw.get("knee_rate") is not None else "none")
+                         + f"; stopped {sw.get('stopped')}")
+    return out + (["knee of each sweep (the highest load the server sustained; per start in extra_info):", *knees]
+                  if knees else [])

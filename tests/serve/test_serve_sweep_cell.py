@@ -1,0 +1,120 @@
+"""Sweep cells (``sweep = [rates]`` on a point; the nightly serving table) and the serving rows of `perfsuite run`'s
+table: a sweep runs in every server start, records its fixed first point for the gate and lands its knee in
+extra_info, the run table and the report's plot. Against the in-thread stub server: seconds, no vLLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from stub_started import started_stub  # tests/serve is on sys.path (prepend import mode)
+
+from perfsuite.serve import cell as sc
+from perfsuite.serve import plot, table
+from perfsuite.serve.point import point_from
+from perfsuite.serve.sweep import sweep_cell_point
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = json.loads((Path(__file__).parent / "data" / "serving_run.json").read_text())
+
+
+def test_a_sweep_point_names_itself_and_a_plain_point_keeps_its_hash():
+    plain = RUN["benchmarks"][0]["extra_info"]["cell"]
+    c = sc.ServeCell("tiny-llama", "float32", True, point_from({"load": "poisson:4", "num_prompts": 16}))
+    assert c.as_dict()["options_hash"] == plain["options_hash"]  # recorded before sweeps existed
+    s = point_from({"load": "poisson:2", "sweep": [4, 8.5], "num_prompts": 16})
+    assert s.sweep == (4.0, 8.5) and s.slug.endswith("-poisson-r2-n16-sweep8.5")
+    assert s.as_dict()["sweep"] == [4.0, 8.5]
+
+
+@pytest.mark.parametrize(("table_", "msg"), [({"load": "closed:4", "sweep": [8]}, "open-loop"),
+                                              ({"load": "poisson:4", "sweep": [2, 8]}, "above"),
+                                              ({"load": "poisson:2", "sweep": [8, 4]}, "rising"),
+                                              ({"load": "poisson:2", "sweep": "8"}, "list of request rates")])
+def test_bad_sweeps_are_one_line(table_, msg):
+    with pytest.raises(ValueError, match=msg):
+        point_from(table_, "points[0]")
+
+
+def _result(rate, thr, failure=None):
+    return {"point": {"load": {"rate": rate}}, "metrics": {"request_throughput": thr, "output_throughput": thr * 16,
+            "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "p99_ttft_ms": 2.0, "p99_tpot_ms": 2.0},
+            "failure": failure, "records": [rate], "samples": {}, "prometheus": {}}
+
+
+def test_sweep_cell_point_records_the_fixed_point_and_stops_at_saturation():
+    achieved = {2.0: 2.0, 4.0: 3.9, 8.0: 5.0, 16.0: 5.1}
+    seen = []
+
+    def run(p):
+        assert p.sweep == ()  # each point is a plain point
+        seen.append(p.load.rate)
+        return _result(p.load.rate, achieved[p.load.rate])
+
+    r = sweep_cell_point(run, point_from({"load": "poisson:2", "sweep": [4, 8, 16]}))
+    assert seen == [2.0, 4.0, 8.0] and r["point"]["load"]["rate"] == 2.0 and r["records"] == [2.0]
+    assert r["sweep"]["knee_rate"] == 4.0 and "fell behind" in r["sweep"]["stopped"]
+    assert all("records" not in p for p in r["sweep"]["points"])
+    failed = sweep_cell_point(lambda p: _result(p.load.rate, 0.0, "3 of 16 requests failed"),
+                              point_from({"load": "poisson:2", "sweep": [4]}))
+    assert failed["failure"] and failed["sweep"]["knee_rate"] is None  # the fixed point failing fails the cell
+
+
+def test_a_sweep_cell_end_to_end_on_the_stub(monkeypatch, tmp_path):
+    from perfsuite.commands.run import table as run_table
+    from perfsuite.serve import record
+
+    monkeypatch.setenv("STUB_MAX_INFLIGHT", "1")  # one request at a time, ~35 ms each: saturates near 28 req/s
+    monkeypatch.setattr(sc, "started_server", started_stub)
+    conf = sc.parse({"server_starts": 2, "points": [{"load": "constant:8", "sweep": [16, 32, 64], "num_prompts": 8,
+                                                      "warmup": 1, "input_len": 8, "output_len": 16}]}, "t")
+    runs = sc.measure(list(conf.cells), conf, tmp_path, seed=0)
+    (cr,) = runs.values()
+    assert cr.error is None and len(cr.replicates) == 2
+    benches = []
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        bm = SimpleNamespace(extra_info={}, disabled=True)
+        req = SimpleNamespace(node=SimpleNamespace(originalname=f"test_{metric}_under_load", nodeid=metric))
+        sess = SimpleNamespace(runner_class="rc", settings=SimpleNamespace(profile=SimpleNamespace(name="nightly")))
+        info = record.record(sess, cr, conf, bm, req)  # type: ignore[arg-type]
+        benches.append({"name": metric, "extra_info": info, "stats": {"median": 1.0}})
+    sw = benches[0]["extra_info"]["sweep"]
+    assert sw["knee_rate"] in (8.0, 16.0) and sw["stopped"].startswith(("at 32", "at 64"))
+    assert len(sw["knee_rate_per_start"]) == 2 and all("sweep" in p for p in benches[0]["extra_info"]["processes"])
+    assert benches[0]["extra_info"]["cell"]["point"]["load"]["rate"] == 8.0  # the gate sees the fixed point
+    lines = run_table({"benchmarks": benches}, None)
+    assert lines[0].split()[:7] == ["serving", "cell", *table.COLUMNS[:5]]
+    assert any("knee" in ln and "req/s" in ln for ln in lines)
+    curves = plot.curves([{"benchmarks": benches}])
+    assert any("sweep (knee" in k and len(v) >= 3 for k, v in curves.items())
+
+
+def test_run_table_shows_every_median_and_the_throughputs_of_a_serving_cell():
+    lines = table.rows(RUN, RUN)
+    head, row = lines[0].split(), lines[2].split()
+    assert head[2:8] == list(table.COLUMNS)
+    cid = RUN["benchmarks"][0]["extra_info"]["cell"]["id"]
+    ttft = RUN["benchmarks"][0]["extra_info"]
+    assert row[0] == cid and float(row[1]) == pytest.approx(ttft["median_ttft_ms"], abs=1e-3)
+    assert float(row[5]) == pytest.approx(ttft["request_throughput"], abs=1e-3) and row[7:] == ["+0.0%", "+0.0%"]
+    assert row[3] == "—"  # this run recorded no ITL test
+    assert table.rows({"benchmarks": []}) == []
+
+
+def test_the_repository_nightly_table_is_a_sweep():
+    conf = sc.load(ROOT / "pyproject.toml", "nightly")
+    assert conf.cells and all(c.point.sweep for c in conf.cells)
+
+
+def test_run_table_keeps_engine_and_serving_cells_apart():
+    from perfsuite.commands.run import table as run_table
+
+    engine = {"name": "test_ttft[torch-x]", "extra_info": {"cell": {"id": "torch-x"}, "metric": "ttft",
+                                                            "median_ttft_ms": 1.5}, "stats": {"median": 0.0015}}
+    lines = run_table({"benchmarks": [engine, *RUN["benchmarks"]]}, None)
+    split = lines.index("")
+    cid = RUN["benchmarks"][0]["extra_info"]["cell"]["id"]
+    assert any(ln.startswith("torch-x") for ln in lines[:split]) and not any(cid in ln for ln in lines[:split])
+    assert lines[split + 1].startswith("serving cell") and any(ln.startswith(cid) for ln in lines[split:])
