@@ -102,8 +102,8 @@ def review(name: str, screened: Sequence[tuple[str, str, Finding | None]], *, on
                                      f"({_ab(f)}): drift, not code; {drift_text(f)}; {ADVICE}"))
             out.settled = True
         elif f.kind == "inconclusive":
-            msg = (f"{head}: the A/B could not decide in its budget ({_ab(f)}, MDE {_pct(f.mde)}); raise "
-                   "[tool.perfsuite.gate] confirm_budget or run `perfsuite ab` longer")
+            msg = (f"{head}: the A/B could not decide in its budget ({_ab(f)}, MDE {_pct(f.mde)}); "
+                   f"{drift_text(f)}; raise [tool.perfsuite.gate] confirm_budget or run `perfsuite ab` longer")
             if fail_on_inconclusive:
                 out.fail.append(msg + " (failing because of --perf-fail-on-inconclusive)")
             else:

@@ -23,6 +23,11 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_sigint() -> None:
+    """A shell that starts this run in the background ignores SIGINT, and children inherit that: restore it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 TEST = "tests/perf/test_latency.py::test_tpot"
 DECODE = "    def decode(self, state: _State) -> StepResult:\n"
 PYPROJECT = """
@@ -64,7 +69,7 @@ class Repo:
         self.path, self.tmp = path, path.parent / "tmp"
         self.tmp.mkdir(exist_ok=True)
         self.env = dict(os.environ, PYTHONPATH=str(path), PERFSUITE_CACHE_DIR=str(cache), TMPDIR=str(self.tmp),
-                        PYTHONUNBUFFERED="1")
+                        PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")  # one thread: no barrier stalls when 2 cores are shared
         for k in ("PERFSUITE_RUNNER_CLASS", "PERFSUITE_INJECT_DECODE_SLOWDOWN", "PERFSUITE_FAIL_ON_INCONCLUSIVE"):
             self.env.pop(k, None)
 
@@ -118,7 +123,7 @@ def test_drift_is_refuted_and_passes_with_a_drift_warning(repo: Repo) -> None:
     res = repo.pytest("--benchmark-compare", drift=3.0)
     text = out(res)
     assert res.returncode == 0, text[-4000:]
-    assert "confirming with an A/B against the baselines' commit" in text
+    assert "confirming with an A/B against the baselines' commit" in text, text[-4000:]
     assert "GateDrift" in text and "drift, not code" in text and "slower than when the baselines were recorded" in text
     assert "perfsuite confirm: pair " in text or "pair(s) in" in text  # progress of the shared A/B
     repo.clean()
@@ -228,7 +233,8 @@ def test_sigint_during_the_confirmation_leaves_no_worktree(repo: Repo) -> None:
     repo.config(budget="5m")
     env = dict(repo.env, PERFSUITE_INJECT_DECODE_SLOWDOWN="3")
     proc = subprocess.Popen(repo.argv("--benchmark-compare"), cwd=repo.path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
     assert proc.stdout is not None
     seen = ""
     deadline = time.monotonic() + 600

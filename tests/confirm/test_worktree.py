@@ -18,6 +18,11 @@ from perfsuite.confirm.worktree import CannotConfirm, check_commit, temporary_wo
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def default_sigint() -> None:
+    """A shell that starts this run in the background ignores SIGINT, and children inherit that: restore it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def git(cwd: Path, *args: str) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t")
@@ -65,7 +70,7 @@ def test_worktree_is_gone_after_sigint(repo: tuple[Path, str, str], tmp_path: Pa
               f"with temporary_worktree(Path({str(r)!r}), {first!r}) as t:\n"
               "    print(t, flush=True)\n    time.sleep(120)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), preexec_fn=default_sigint)
     assert proc.stdout is not None
     tree = Path(proc.stdout.readline().strip())
     assert tree.is_dir() and worktrees(r) == 2
