@@ -61,6 +61,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("perfsuite_fail_on_inconclusive", "fail inconclusive gate verdicts", type="bool", default=False)
     group.addoption("--perf-gate-json", dest="perf_gate_json", default=None, metavar="PATH",
                     help="with --benchmark-compare: also write every gate verdict to PATH as JSON (for CI artifacts)")
+    from perfsuite.confirm import options
+
+    options.add(group, parser)
 
 
 def _flag(config: pytest.Config, key: str) -> bool:
@@ -172,6 +175,9 @@ def _configure_benchmark_storage(config: pytest.Config, session: PerfSession, ex
                 f"record one with `pytest --perf-update-baselines` (classes present: "
                 f"{', '.join(present) or 'none'})")
         _setup_gate(session, runs)
+        from perfsuite.confirm import options
+
+        session.confirm = options.start(config, session)
     # pytest-benchmark keys storage by platform; we key it by runner class. Its session reads the compare option
     # while it is constructed, so hold it back and load the comparison once the machine id is ours.
     config.stash[_COMPARE_KEY] = compare
@@ -298,11 +304,13 @@ def perf_measurements(request: pytest.FixtureRequest, perf_session: PerfSession)
         if plan.cells and not once:
             perf_session.peaks = harness.measure_peaks(perf_session, plan)
         results = harness.measure_plan(perf_session, plan, once=once, cprofile=cprofile, progress=progress)
+        if perf_session.gate is not None:
+            perf_session.gate.set_family(request.session.items, results)
+        if perf_session.confirm is not None and not once:  # A/B-confirm what the stored baselines flag
+            perf_session.confirm.run(perf_session, request.session.items, results, say, config.rootpath)
     finally:
         if shared is not None:  # held while measuring only: a later recording run in this session must get it
             shared.release()
-    if perf_session.gate is not None:
-        perf_session.gate.set_family(request.session.items, results)
     return results
 
 
@@ -423,7 +431,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         Path(config.getoption("perf_gate_json")).write_text(json.dumps(
             [dataclasses.asdict(v) for v in ps.gate.verdicts], indent=1))
     if ps.gate is not None:
-        lines = ps.gate.summary_table()
+        lines = ps.gate.summary_table() + (ps.confirm.summary_lines() if ps.confirm is not None else [])
         if lines:
             terminalreporter.section("perfsuite regression gate")
             for line in lines:

@@ -24,6 +24,7 @@ class PerfSession:
     lock: Any = None  # perfsuite.preflight.SuiteLock held exclusively while recording a baseline
     load: dict[str, Any] | None = None  # the load check before measuring (machine_info.perfsuite.preflight)
     peaks: dict[str, Any] | None = None  # bandwidth / FLOP/s measured at run start (roofline)
+    confirm: Any = None  # perfsuite.confirm.session.Confirmation when comparing
 
     @property
     def runner_class(self) -> str:
@@ -40,11 +41,17 @@ class PerfSession:
         inconclusive verdict is a visible warning (with the A/B that would settle it), or a failure when asked."""
         if self.gate is None:
             return
+        if self.confirm is not None and self.confirm.foreign:
+            warnings.warn(GateIncomparable(f"perfsuite gate: {nodeid.split('::')[-1]}: {self.confirm.foreign}"),
+                          stacklevel=2)
+            return
         verdicts = self.gate.check(nodeid, benchmark.extra_info, benchmark.stats.stats.as_dict())
         msg = self.gate.failure_message(verdicts)
+        unsure = self.gate.inconclusive_message(nodeid, verdicts)
+        if self.confirm is not None:  # a screened regression counts only once an A/B on this machine confirms it
+            msg, unsure = self.confirm.review(nodeid, verdicts, msg, unsure)
         if msg:
             pytest.fail(msg, pytrace=False)
-        unsure = self.gate.inconclusive_message(nodeid, verdicts)
         if unsure and self.fail_on_inconclusive:
             pytest.fail(unsure + "\n  (failing because of --perf-fail-on-inconclusive)", pytrace=False)
         if unsure:
@@ -54,6 +61,20 @@ class PerfSession:
 class GateInconclusive(UserWarning):
     """The stored baselines could not decide a gated metric of this test (see the message for the MDE and the
     `perfsuite ab` command that would)."""
+
+
+class GateDrift(UserWarning):
+    """The stored baselines flagged a regression that an A/B against the baselines' commit refuted: this machine
+    runs slower or faster than when the baselines were recorded (the message says by how much and what to do)."""
+
+
+class GateUnconfirmed(UserWarning):
+    """A stored-baseline regression that could not be confirmed (the reason and the fix); with
+    ``on_unconfirmed = "warn"`` it passes with this warning."""
+
+
+class GateIncomparable(UserWarning):
+    """Nothing compared: the baselines were recorded on other hardware (a forced runner class)."""
 
 
 SESSION_KEY = pytest.StashKey[PerfSession]()

@@ -23,8 +23,6 @@ import json
 import math
 import random
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,60 +88,9 @@ def _tree(path: str | None, side: str) -> Path:
     return p
 
 
-# ------------------------------------------------------------------------------------------------- members
-@dataclass
-class Member:
-    """One gated (cell, metric) of the A/B and its confidence sequence."""
-
-    cell_id: str
-    test_metric: str  # ttft | tpot | e2el: what the worker measures
-    metric: str  # policy metric, e.g. median_tpot_ms
-    stat: str  # median / mean / p90 ...
-    sample_key: str  # tpot_ms ...
-    sign: float  # +1 when larger is worse
-    alpha: float
-    cs: Any = None
-    kind: str = "open"
-    note: str = ""
-    a_values: list[float] = field(default_factory=list)
-    b_values: list[float] = field(default_factory=list)
-
-
-def _members(cells: list[dict[str, Any]], config: Any, alpha: float) -> list[Member]:
-    from perfsuite.gate.policy import _LAT
-    from perfsuite.gate.sequential import ConfidenceSequence
-    from perfsuite.worker.job import METRICS
-
-    out: list[Member] = []
-    for c in cells:
-        for m in METRICS:
-            test = f"test_{m}_under_load[{c['id']}]" if c["backend"] == "vllm-serve" else f"test_{m}[{c['id']}]"
-            for pol in config.policies_for(c["id"], test):
-                lat = _LAT.match(pol.metric)
-                if pol.exact or not lat or lat.group(2) not in _samples_of(m):
-                    continue
-                out.append(Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms",
-                                  -1.0 if pol.direction == "higher_is_better" else 1.0, alpha))
-    per = alpha / max(len(out), 1)  # Bonferroni over the family: valid for any stopping rule
-    for mem in out:
-        mem.alpha = per
-        mem.cs = ConfidenceSequence(per)
-    return out
-
-
-def _samples_of(metric: str) -> set[str]:
-    return {"ttft": {"ttft"}, "tpot": {"tpot", "itl"}, "e2el": {"ttft", "tpot", "itl", "e2el"}}[metric]
-
-
-def _value(pr: Any, mem: Member) -> float:
-    from perfsuite.gate.stats import statistic
-
-    return statistic(pr.metrics[mem.test_metric].samples[mem.sample_key], mem.stat)
-
-
 # ---------------------------------------------------------------------------------------------------- main
 def main(args: argparse.Namespace) -> int:
-    from perfsuite import precheck
+    from perfsuite import abloop, precheck
     from perfsuite.gate import sequential
     from perfsuite.gate.policy import PolicyError, load_config
     from perfsuite.progress import Progress
@@ -180,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
     except pool.SideError as exc:
         raise UsageError(str(exc)) from None
     cells = _same_cells(plans["a"], plans["b"])
-    members = _members(cells, config, config.alpha)
+    members = abloop.members(cells, config, config.alpha)
     if not members:
         raise UsageError("no statistical gate policy applies to the selected cells; check [tool.perfsuite.gate]")
     tau, eps = math.log1p(config.ab_threshold), math.log1p(config.ab_margin)
@@ -191,51 +138,32 @@ def main(args: argparse.Namespace) -> int:
                           preload=pool.preload_modules({c["backend"] for c in cells})) for s, side in sides.items()}
     rng = random.Random(args.seed)
     progress = Progress(min_interval_s=10.0)
-    pairs: list[dict[str, Any]] = []
-    t0 = time.monotonic()
-    pair_walls: list[float] = []
-    stop_reason = "budget"
     print(f"perfsuite ab: A = {sides['a'].tree}, B = {sides['b'].tree}; {len(cells)} cell(s), {len(members)} gated "
           f"metric(s), alpha {config.alpha:g} (Bonferroni), regression beyond {config.ab_threshold:.1%}, "
           f"unchanged inside ±{config.ab_margin:.1%}, budget {budget:.0f} s", flush=True)
+
+    def decide(m: abloop.Member) -> tuple[str, str]:
+        d = sequential.decide(m.cs, tau, eps)
+        return d.kind, d.note
+
+    def stop(ms: list[abloop.Member]) -> str | None:
+        if any(m.kind == "regression" for m in ms):
+            return "regression"
+        return "decided" if all(m.kind != "open" for m in ms) else None
+
     try:
-        n = 0
-        while n < args.max_pairs:
-            expected = (sum(pair_walls) / len(pair_walls)) * len(cells) if pair_walls else 0.0
-            if time.monotonic() - t0 + expected > budget and n >= 2:
-                break
-            n += 1
-            for cell in rng.sample(cells, len(cells)):
-                order = ["a", "b"] if rng.random() < 0.5 else ["b", "a"]
-                got = {}
-                tp = time.monotonic()
-                for s in order:
-                    got[s] = _measure(pools[s], cell, plans[s], n, s)
-                pair_walls.append(time.monotonic() - tp)
-                pairs.append(_record_pair(n, cell, order, got, members))
-            decided = [sequential.decide(m.cs, tau, eps) for m in members]
-            for m, d in zip(members, decided, strict=True):
-                m.kind, m.note = d.kind, d.note
-            progress.update(_progress_line(n, time.monotonic() - t0, budget, members))
-            if any(m.kind == "regression" for m in members):
-                stop_reason = "regression"
-                break
-            if all(m.kind != "open" for m in members):
-                stop_reason = "decided"
-                break
-        else:
-            stop_reason = "max-pairs"
-    except KeyboardInterrupt:  # keep the pairs measured so far; a pair cut in half is not one
-        stop_reason = "interrupted"
-        for m, d in zip(members, [sequential.decide(m.cs, tau, eps) for m in members], strict=True):
-            m.kind, m.note = d.kind, d.note
+        run = abloop.run_pairs(pools, plans, cells, members, budget_s=budget, max_pairs=args.max_pairs, rng=rng,
+                               decide=decide, stop=stop, progress=lambda n, el: progress.update(
+                                   abloop.progress_line(n, el, budget, members)))
+    except abloop.PairsInterrupted as exc:  # Ctrl-C: keep the pairs measured so far (a half pair is not one)
+        run = exc.run
     finally:
         for pl in pools.values():
             pl.close()
+    pairs, stop_reason, elapsed = run.pairs, run.stopped, run.elapsed_s
     progress.done()
-    elapsed = time.monotonic() - t0
-    pair_s = sum(pair_walls) / max(len(pair_walls), 1) * len(cells)
-    rows = [_row(m, tau, eps, pair_s, config.power) for m in members]
+    pair_s = run.pair_s(len(cells))
+    rows = [abloop.row(m, tau, eps, pair_s, config.power) for m in members]
     for line in _table(rows):
         print(line)
     n_pairs = len(pairs) // max(len(cells), 1)
@@ -300,87 +228,6 @@ def _same_cells(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
                              f"{ca[cid].get('options_hash')} vs {cb[cid].get('options_hash')}); a change of options "
                              "is not a code change: align [tool.perfsuite.backend_options]")
     return list(ca.values())
-
-
-def _measure(pl: Any, cell: dict[str, Any], plan: dict[str, Any], n: int, s: str) -> Any:
-    from perfsuite.worker import pool
-    from perfsuite.worker.job import METRICS, cell_from_dict, make_job
-
-    if cell["backend"] == "vllm-serve":  # a server start from the side's own tree (perfsuite.serve.replicate)
-        from perfsuite.serve.replicate import measure_or_fail
-
-        return measure_or_fail(pl.side, cell, plan["profile"], n, s.upper())
-    c = cell_from_dict(cell)
-    metrics = list(METRICS)
-    random.shuffle(metrics)
-    job = make_job(c, metrics, generations=plan["generations"], warmup=plan["warmup_generations"], cache_dir=None,
-                   index=n, label=s.upper())
-    pr = pl.measure(job, fork=pool.forkable(c.backend))
-    if pr.skip:
-        raise UsageError(f"side {s.upper()} cannot run {c.id}: {pr.skip}")
-    if pr.error:
-        raise UsageError(f"side {s.upper()}, pair {n}, {c.id}: worker failed: {pr.error}")
-    return pr
-
-
-def _record_pair(n: int, cell: dict[str, Any], order: list[str], got: dict[str, Any], members: list[Member]
-                 ) -> dict[str, Any]:
-    rec: dict[str, Any] = {"pair": n, "cell": cell["id"], "order": "".join(o.upper() for o in order),
-                           "pid": {s.upper(): got[s].pid for s in got},
-                           "perfsuite_file": {s.upper(): got[s].perfsuite_file for s in got}, "values": {}}
-    for m in members:
-        if m.cell_id != cell["id"]:
-            continue
-        a, b = _value(got["a"], m), _value(got["b"], m)
-        m.a_values.append(a)
-        m.b_values.append(b)
-        m.cs.update(m.sign * math.log(b / a))
-        rec["values"][f"{m.test_metric}:{m.metric}"] = {"A": a, "B": b}
-    tok_a = {k: v.generated_tokens for k, v in got["a"].metrics.items()}
-    tok_b = {k: v.generated_tokens for k, v in got["b"].metrics.items()}
-    rec["generated_tokens_equal"] = tok_a == tok_b
-    rec["first_tokens_equal"] = all(got["a"].metrics[k].first_tokens == got["b"].metrics[k].first_tokens
-                                    for k in got["a"].metrics)
-    if tok_a != tok_b:
-        raise UsageError(f"pair {n}, {cell['id']}: generated token counts differ (A {tok_a}, B {tok_b}): the "
-                         "sides do not run the same workload")
-    return rec
-
-
-def _pct(x: float) -> str:
-    return "n/a" if not math.isfinite(x) else f"{math.expm1(x) * 100:+.2f}%"
-
-
-def _progress_line(n: int, elapsed: float, budget: float, members: list[Member]) -> str:
-    parts = []
-    for m in members:
-        if m.test_metric == "tpot" or len(members) <= 3:
-            lo, hi = m.cs.interval()
-            parts.append(f"{m.metric} {_pct(m.cs.estimate())} [{_pct(lo)}, {_pct(hi)}] {m.kind}")
-    return f"pair {n}, {elapsed:.0f}/{budget:.0f} s: " + "; ".join(parts[:4])
-
-
-def _row(m: Member, tau: float, eps: float, pair_s: float, power: float) -> dict[str, Any]:
-    from perfsuite.gate import sequential
-
-    lo, hi = m.cs.interval()
-    kind = "inconclusive" if m.kind == "open" else m.kind
-    change = math.expm1(m.sign * m.cs.estimate()) if m.cs.n else None
-    row: dict[str, Any] = {"cell": m.cell_id, "test": f"test_{m.test_metric}[{m.cell_id}]", "metric": m.metric,
-                           "verdict": kind, "kind": kind, "change": change,
-                           "ratio": None if change is None else 1 + change,
-                           "ci_low": math.expm1(lo), "ci_high": math.expm1(hi), "pairs": m.cs.n, "alpha": m.alpha,
-                           "note": m.note, "a_values": m.a_values, "b_values": m.b_values}
-    if kind == "inconclusive":
-        mde = sequential.mde_reached(m.cs, power)
-        more = sequential.pairs_to_settle(m.cs, tau, eps)
-        row["mde"] = math.expm1(mde) if math.isfinite(mde) else None
-        row["settle_pairs"] = more
-        row["settle_budget_s"] = None if more is None else more * pair_s
-        settle = (f"about {row['settle_budget_s'] / 60:.0f} min ({more} pairs) would settle it" if more
-                  else "no budget in reach would settle it at this spread")
-        row["note"] = f"MDE reached {_pct(mde)}; {settle}"
-    return row
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:

@@ -76,6 +76,18 @@ class GateSession:
     def check(self, nodeid: str, extra_info: Mapping[str, Any], stats_: Mapping[str, Any] | None = None
               ) -> list[Verdict]:
         """Verdicts of one benchmark (its ``extra_info`` as just measured), recorded for :meth:`summary_table`."""
+        out = self.screen(nodeid, extra_info, stats_)
+        current = {"extra_info": dict(extra_info), "stats": dict(stats_ or {})}
+        cid = str((extra_info.get("cell") or {}).get("id") or "")
+        self.verdicts.extend(out)
+        for v in out:
+            if v.kind == "inconclusive" and v.ratio is not None:
+                self.hints[nodeid] = self._settle_hint(v, current, cid)
+        return out
+
+    def screen(self, nodeid: str, extra_info: Mapping[str, Any], stats_: Mapping[str, Any] | None = None
+               ) -> list[Verdict]:
+        """The verdicts :meth:`check` would give, recorded nowhere (perfsuite.confirm screens before the tests)."""
         base = match(nodeid, self._by_full, self._by_name)
         if not base:
             return []
@@ -84,12 +96,7 @@ class GateSession:
         pols = [p for p in self.config.policies_for(cid, values.short_name(nodeid))
                 if values.run_value(current, p.metric) is not None]  # a policy gates benchmarks that have its metric
         alpha = self.alpha_for(sum(not p.exact for p in pols))
-        out = [decide(estimate(nodeid, p, base, [current], self.config), alpha, self.config.power) for p in pols]
-        self.verdicts.extend(out)
-        for v in out:
-            if v.kind == "inconclusive" and v.ratio is not None:
-                self.hints[nodeid] = self._settle_hint(v, current, cid)
-        return out
+        return [decide(estimate(nodeid, p, base, [current], self.config), alpha, self.config.power) for p in pols]
 
     def _settle_hint(self, v: Verdict, current: Mapping[str, Any], cell_id: str) -> str:
         """The `perfsuite ab` command (with a budget sized from this run's own process spread) that settles it."""

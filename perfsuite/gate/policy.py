@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from perfsuite.confirm import config as confirm_config
+
 DIRECTIONS = ("lower_is_better", "higher_is_better")
 EXACT_DIRECTIONS = ("lower_is_better", "higher_is_better", "equal")
 _LAT = re.compile(r"^(mean|median|min|p[1-9][0-9]?)_(ttft|tpot|itl|e2el)_ms$")
@@ -86,6 +88,7 @@ class GateConfig:
     min_run_cv: float | None = None
     policies: tuple[Policy, ...] = field(default_factory=lambda: DEFAULT_POLICIES)
     overrides: tuple[Override, ...] = ()
+    confirm: confirm_config.ConfirmConfig = field(default_factory=confirm_config.ConfirmConfig)  # the A/B of a screen
 
     def policies_for(self, cell_id: str, test_name: str) -> list[Policy]:
         """The policies of one benchmark, overrides applied in file order (a later match wins)."""
@@ -113,7 +116,8 @@ DEFAULT_POLICIES: tuple[Policy, ...] = (
     Policy("generated_tokens", direction="equal", exact=True),
 )
 
-_TOP = {"alpha", "power", "baseline_runs", "ab_threshold", "ab_margin", "min_run_cv", "policies", "overrides"}
+_TOP = {"alpha", "power", "baseline_runs", "ab_threshold", "ab_margin", "min_run_cv", "policies", "overrides",
+        *confirm_config.KEYS}
 _POLICY = {"metric", "direction", "threshold", "exact", "tolerance", "abs_tolerance", "tests", "enabled"}
 _OVERRIDABLE = {"threshold", "tolerance", "abs_tolerance", "enabled"}
 
@@ -256,7 +260,8 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
                                + ", ".join(p.metric for p in policies), "add a policy for it first")
                 per.append((k, _override_values(f"{where}.{k}", v)))
         overrides.append(Override(str(pattern), _override_values(where, common), tuple(per)))
-    return GateConfig(alpha, power, runs, ab_thr, ab_margin, min_cv, policies, tuple(overrides))
+    return GateConfig(alpha, power, runs, ab_thr, ab_margin, min_cv, policies, tuple(overrides),
+                      confirm_config.parse(raw, _err))
 
 
 def load_config(pyproject: Any = None, **cli: Any) -> GateConfig:

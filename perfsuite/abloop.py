@@ -1,0 +1,253 @@
+"""The randomized-pair loop of a two-tree A/B, shared by ``perfsuite ab`` and the in-session confirmation of a
+stored-baseline regression (perfsuite.confirm).
+
+Each pair measures one cell once on A and once on B, in coin-flip order, in fresh worker processes of each side's
+own tree; every gated (cell, metric) is a :class:`Member` whose confidence sequence gets ``log(B / A)`` of the pair.
+Pairs are added until the caller's ``decide`` settles every member (or ``stop`` says so) or the wall-time budget is
+spent. The budget rule (:class:`BudgetRule`) is pure and is given the clock, so tests drive it with fake pair
+durations: a pair is started only if the slowest of the recent pairs would still fit, so the budget is overrun by
+less than one pair however the pair durations change (the mean of past pairs overran 2 min by 51 s when the
+machine slowed down mid-run).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfsuite.errors import UsageError
+
+
+@dataclass
+class Member:
+    """One gated (cell, metric) of the A/B and its confidence sequence."""
+
+    cell_id: str
+    test_metric: str  # ttft | tpot | e2el: what the worker measures
+    metric: str  # policy metric, e.g. median_tpot_ms
+    stat: str  # median / mean / p90 ...
+    sample_key: str  # tpot_ms ...
+    sign: float  # +1 when larger is worse
+    alpha: float
+    cs: Any = None
+    kind: str = "open"
+    note: str = ""
+    threshold: float | None = None  # the policy's relative threshold (the confirmation decides against it)
+    test: str = ""  # the pytest test the policy gates (test_tpot[...], test_tpot_under_load[...])
+    a_values: list[float] = field(default_factory=list)
+    b_values: list[float] = field(default_factory=list)
+
+
+def test_name(cell: Mapping[str, Any], metric: str) -> str:
+    """The pytest test whose policies gate ``metric`` of ``cell`` (serving cells: ``test_{m}_under_load``)."""
+    under_load = "_under_load" if cell.get("backend") == "vllm-serve" else ""
+    return f"test_{metric}{under_load}[{cell['id']}]"
+
+
+def samples_of(metric: str) -> set[str]:
+    return {"ttft": {"ttft"}, "tpot": {"tpot", "itl"}, "e2el": {"ttft", "tpot", "itl", "e2el"}}[metric]
+
+
+def members(cells: Sequence[dict[str, Any]], config: Any, alpha: float,
+            select: Callable[[str, str, str], bool] | None = None) -> list[Member]:
+    """The statistical latency policies of ``cells`` (``select(cell_id, test_metric, metric)`` narrows them), each
+    with a Bonferroni share of ``alpha``: valid for any stopping rule."""
+    from perfsuite.gate.policy import _LAT
+    from perfsuite.gate.sequential import ConfidenceSequence
+    from perfsuite.worker.job import METRICS
+
+    out: list[Member] = []
+    for c in cells:
+        for m in METRICS:
+            for pol in config.policies_for(c["id"], test_name(c, m)):
+                lat = _LAT.match(pol.metric)
+                if pol.exact or not lat or lat.group(2) not in samples_of(m):
+                    continue
+                if select is not None and not select(c["id"], m, pol.metric):
+                    continue
+                out.append(Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms",
+                                  -1.0 if pol.direction == "higher_is_better" else 1.0, alpha,
+                                  threshold=pol.threshold, test=test_name(c, m)))
+    per = alpha / max(len(out), 1)
+    for mem in out:
+        mem.alpha = per
+        mem.cs = ConfidenceSequence(per)
+    return out
+
+
+@dataclass(frozen=True)
+class BudgetRule:
+    """Start another pair only if the slowest of the last ``window`` pairs would still end inside the budget.
+    The first pair always runs (nothing to predict from). Then the last pair started ends at most one pair's
+    misprediction past the budget, i.e. less than one pair."""
+
+    budget_s: float
+    window: int = 6
+
+    def next_fits(self, elapsed_s: float, pair_walls: Sequence[float]) -> bool:
+        if not pair_walls:
+            return True
+        return elapsed_s + max(pair_walls[-self.window:]) <= self.budget_s
+
+
+@dataclass
+class PairRun:
+    pairs: list[dict[str, Any]]
+    stopped: str  # budget | decided | regression | max-pairs | a caller's reason
+    elapsed_s: float
+    pair_walls: list[float]
+
+    def pair_s(self, n_cells: int) -> float:
+        """Mean wall time of one round (one pair of every cell)."""
+        return sum(self.pair_walls) / max(len(self.pair_walls), 1) * n_cells
+
+
+class PairsInterrupted(KeyboardInterrupt):
+    """Ctrl-C inside :func:`run_pairs`: still a KeyboardInterrupt (callers that clean up keep doing so), carrying
+    the whole pairs measured before it (``run.stopped == "interrupted"``) so that ``ab`` can write them."""
+
+    def __init__(self, run: PairRun) -> None:
+        super().__init__("interrupted")
+        self.run = run
+
+
+def measure_side(pl: Any, cell: dict[str, Any], plan: dict[str, Any], n: int, s: str, metrics: Sequence[str],
+                 rng: random.Random) -> Any:
+    from perfsuite.worker import pool
+    from perfsuite.worker.job import cell_from_dict, make_job
+
+    if cell["backend"] == "vllm-serve":  # a server start from the side's own tree (perfsuite.serve.replicate)
+        from perfsuite.serve.replicate import measure_or_fail
+
+        return measure_or_fail(pl.side, cell, plan["profile"], n, s.upper())
+    c = cell_from_dict(cell)
+    order = list(metrics)
+    rng.shuffle(order)
+    job = make_job(c, order, generations=plan["generations"], warmup=plan["warmup_generations"], cache_dir=None,
+                   index=n, label=s.upper())
+    pr = pl.measure(job, fork=pool.forkable(c.backend))
+    if pr.skip:
+        raise UsageError(f"side {s.upper()} cannot run {c.id}: {pr.skip}")
+    if pr.error:
+        raise UsageError(f"side {s.upper()}, pair {n}, {c.id}: worker failed: {pr.error}")
+    return pr
+
+
+def value(pr: Any, mem: Member) -> float:
+    from perfsuite.gate.stats import statistic
+
+    return statistic(pr.metrics[mem.test_metric].samples[mem.sample_key], mem.stat)
+
+
+def record_pair(n: int, cell: dict[str, Any], order: list[str], got: dict[str, Any], mems: list[Member]
+                ) -> dict[str, Any]:
+    rec: dict[str, Any] = {"pair": n, "cell": cell["id"], "order": "".join(o.upper() for o in order),
+                           "pid": {s.upper(): got[s].pid for s in got},
+                           "perfsuite_file": {s.upper(): got[s].perfsuite_file for s in got}, "values": {}}
+    for m in mems:
+        if m.cell_id != cell["id"]:
+            continue
+        a, b = value(got["a"], m), value(got["b"], m)
+        m.a_values.append(a)
+        m.b_values.append(b)
+        m.cs.update(m.sign * math.log(b / a))
+        rec["values"][f"{m.test_metric}:{m.metric}"] = {"A": a, "B": b}
+    tok_a = {k: v.generated_tokens for k, v in got["a"].metrics.items()}
+    tok_b = {k: v.generated_tokens for k, v in got["b"].metrics.items()}
+    rec["generated_tokens_equal"] = tok_a == tok_b
+    rec["first_tokens_equal"] = all(got["a"].metrics[k].first_tokens == got["b"].metrics[k].first_tokens
+                                    for k in got["a"].metrics)
+    if tok_a != tok_b:
+        raise UsageError(f"pair {n}, {cell['id']}: generated token counts differ (A {tok_a}, B {tok_b}): the "
+                         "sides do not run the same workload")
+    return rec
+
+
+Measure = Callable[[Any, dict[str, Any], dict[str, Any], int, str, Sequence[str], random.Random], Any]
+
+
+def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Sequence[dict[str, Any]],
+              mems: list[Member], *, budget_s: float, max_pairs: int, rng: random.Random,
+              decide: Callable[[Member], tuple[str, str]], stop: Callable[[list[Member]], str | None],
+              metrics: Mapping[str, Sequence[str]] | None = None, progress: Callable[[int, float], None] | None = None,
+              clock: Callable[[], float] = time.monotonic, measure: Measure = measure_side) -> PairRun:
+    """Rounds of one pair per cell (cells in random order) until ``stop(members)`` names a reason, ``max_pairs``
+    rounds are done, or the next pair would not fit the budget (:class:`BudgetRule`). ``decide(member)`` gives
+    ``(kind, note)`` after every round ("open" while undecided). ``metrics``: what each cell's workers measure
+    (default all)."""
+    from perfsuite.worker.job import METRICS
+
+    rule = BudgetRule(budget_s)
+    pairs: list[dict[str, Any]] = []
+    walls: list[float] = []
+    t0 = clock()
+    stopped = "max-pairs"
+    n = 0
+    try:
+        while n < max_pairs:
+            n += 1
+            out_of_budget = False
+            for cell in rng.sample(list(cells), len(cells)):
+                if not rule.next_fits(clock() - t0, walls):
+                    out_of_budget = True
+                    break
+                order = ["a", "b"] if rng.random() < 0.5 else ["b", "a"]
+                what = (metrics or {}).get(cell["id"], METRICS)
+                tp = clock()
+                got = {s: measure(pools[s], cell, plans[s], n, s, what, rng) for s in order}
+                walls.append(clock() - tp)
+                pairs.append(record_pair(n, cell, order, got, mems))
+            for m in mems:
+                m.kind, m.note = decide(m)
+            if progress is not None:
+                progress(n, clock() - t0)
+            reason = "budget" if out_of_budget else stop(mems)
+            if reason:
+                stopped = reason
+                break
+    except KeyboardInterrupt:  # the pairs done so far stand; a pair cut in half is not one
+        for m in mems:
+            m.kind, m.note = decide(m)
+        raise PairsInterrupted(PairRun(pairs, "interrupted", clock() - t0, walls)) from None
+    return PairRun(pairs, stopped, clock() - t0, walls)
+
+
+def pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{math.expm1(x) * 100:+.2f}%"
+
+
+def progress_line(n: int, elapsed: float, budget: float, mems: list[Member]) -> str:
+    parts = []
+    for m in mems:
+        if m.test_metric == "tpot" or len(mems) <= 3:
+            lo, hi = m.cs.interval()
+            parts.append(f"{m.metric} {pct(m.cs.estimate())} [{pct(lo)}, {pct(hi)}] {m.kind}")
+    return f"pair {n}, {elapsed:.0f}/{budget:.0f} s: " + "; ".join(parts[:4])
+
+
+def row(m: Member, tau: float, eps: float, pair_s: float, power: float) -> dict[str, Any]:
+    """The verdict row of one member; an undecided one gets the MDE reached and the pairs that would settle it."""
+    from perfsuite.gate import sequential
+
+    lo, hi = m.cs.interval()
+    kind = "inconclusive" if m.kind == "open" else m.kind
+    change = math.expm1(m.sign * m.cs.estimate()) if m.cs.n else None
+    row: dict[str, Any] = {"cell": m.cell_id, "test": m.test or f"test_{m.test_metric}[{m.cell_id}]", "metric": m.metric,
+                           "verdict": kind, "kind": kind, "change": change,
+                           "ratio": None if change is None else 1 + change,
+                           "ci_low": math.expm1(lo), "ci_high": math.expm1(hi), "pairs": m.cs.n, "alpha": m.alpha,
+                           "note": m.note, "a_values": m.a_values, "b_values": m.b_values}
+    if kind == "inconclusive":
+        mde = sequential.mde_reached(m.cs, power)
+        more = sequential.pairs_to_settle(m.cs, tau, eps)
+        row["mde"] = math.expm1(mde) if math.isfinite(mde) else None
+        row["settle_pairs"] = more
+        row["settle_budget_s"] = None if more is None else more * pair_s
+        settle = (f"about {row['settle_budget_s'] / 60:.0f} min ({more} pairs) would settle it" if more
+                  else "no budget in reach would settle it at this spread")
+        row["note"] = f"MDE reached {pct(mde)}; {settle}"
+    return row

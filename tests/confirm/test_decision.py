@@ -1,0 +1,114 @@
+"""The confirmation's decisions, from injected findings: what a screened regression means for the test."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from perfsuite.confirm import decision
+from perfsuite.confirm.config import ConfirmConfig, parse
+from perfsuite.confirm.decision import Finding, classify, review
+from perfsuite.gate import PolicyError, parse_config
+
+TAU = math.log1p(0.03)
+
+
+def ab(kind: str, **kw: object) -> Finding:
+    base = dict(metric="median_tpot_ms", change=0.001, ci_low=-0.01, ci_high=0.012, pairs=30, drift=0.21,
+                a_value=2.42, baseline_value=2.0, commit="3aae1d584a1543cc", elapsed_s=95.0)
+    base.update(kw)
+    return Finding(kind, **base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("low", "high", "est", "n", "kind"), [
+    (0.05, 0.2, 0.09, 20, "confirmed"),  # significantly slower, beyond the 3 % threshold
+    (0.001, 0.04, 0.02, 20, "open"),  # slower, but maybe by less than the threshold: keep measuring
+    (-0.01, 0.02, 0.004, 20, "refuted"),  # cannot be 3 % slower: the screen saw drift
+    (-0.3, -0.1, -0.2, 20, "refuted"),  # faster
+    (-0.05, 0.2, 0.05, 20, "open"),
+    (0.05, 0.2, 0.09, 1, "open"),  # one pair decides nothing
+])
+def test_classify(low: float, high: float, est: float, n: int, kind: str) -> None:
+    assert classify(low, high, est, TAU, n) == kind
+
+
+def test_refuted_drift_passes_with_a_drift_warning() -> None:
+    out = review("test_tpot[c]", [("median_tpot_ms", "regression", ab("refuted"))], on_unconfirmed="fail",
+                 fail_on_inconclusive=True)
+    assert not out.failed and out.settled
+    ((cls, msg),) = out.warnings
+    assert cls == "GateDrift"
+    assert "drift, not code" in msg and "21.0% slower than when the baselines were recorded" in msg
+    assert "--perf-update-baselines" in msg and "perfsuite ab" in msg and "3aae1d584a15" in msg
+    faster = review("t", [("median_tpot_ms", "regression", ab("refuted", drift=-0.1))], on_unconfirmed="fail",
+                    fail_on_inconclusive=False)
+    assert "10.0% faster" in faster.warnings[0][1]
+
+
+def test_confirmed_regression_fails() -> None:
+    out = review("test_tpot[c]", [("median_tpot_ms", "regression", ab("confirmed", change=0.09, ci_low=0.05,
+                                                                        ci_high=0.14, drift=0.1))],
+                 on_unconfirmed="warn", fail_on_inconclusive=False)
+    assert out.failed and not out.warnings
+    assert "regression confirmed" in out.fail[0] and "B/A +9.0% [+5.0%, +14.0%]" in out.fail[0]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_inconclusive_confirmation_warns_with_its_mde_and_fails_only_when_asked(strict: bool) -> None:
+    f = ab("inconclusive", ci_low=-0.05, ci_high=0.08, mde=0.061)
+    out = review("t", [("median_tpot_ms", "regression", f)], on_unconfirmed="fail", fail_on_inconclusive=strict)
+    assert out.failed is strict and out.settled
+    msg = out.fail[0] if strict else out.warnings[0][1]
+    assert "could not decide in its budget" in msg and "MDE +6.1%" in msg and "confirm_budget" in msg
+    if not strict:
+        assert out.warnings[0][0] == "GateInconclusive"
+
+
+@pytest.mark.parametrize("reason", [
+    "/x is not a git checkout, so the baselines' commit cannot be checked out for an A/B; run from a clone",
+    "the baselines' commit 3aae1d584a15 is absent (this clone is shallow); fetch the history: `git fetch "
+    "--unshallow` (GitHub Actions: actions/checkout with `fetch-depth: 0`)",
+    "A's tree (the baselines' commit 3aae1d584a15) does not import: side A: ... cannot import torch",
+])
+@pytest.mark.parametrize("policy", ["fail", "warn"])
+def test_cannot_confirm_follows_on_unconfirmed(reason: str, policy: str) -> None:
+    out = review("t", [("median_tpot_ms", "regression", Finding("unconfirmed", "median_tpot_ms", reason=reason))],
+                 on_unconfirmed=policy, fail_on_inconclusive=False)
+    lines = out.fail if policy == "fail" else [m for _, m in out.warnings]
+    assert out.failed is (policy == "fail") and len(lines) == 1
+    assert reason in lines[0] and f'on_unconfirmed = "{policy}"' in lines[0]
+    if policy == "warn":
+        assert out.warnings[0][0] == "GateUnconfirmed"
+
+
+def test_a_metric_no_ab_covered_is_unconfirmed() -> None:
+    out = review("t", [("median_tpot_ms", "regression", None)], on_unconfirmed="fail", fail_on_inconclusive=False)
+    assert out.failed and "no confirmation ran" in out.fail[0]
+
+
+def test_drift_text_without_levels() -> None:
+    assert "unknown" in decision.drift_text(ab("refuted", drift=None))
+
+
+def test_config_keys() -> None:
+    cfg = parse_config({"confirm_budget": "90s", "confirm_session_budget": "4m", "on_unconfirmed": "warn",
+                        "confirm_python": "/opt/a/bin/python"}).confirm
+    assert cfg == ConfirmConfig(True, 90.0, 240.0, "warn", "/opt/a/bin/python")
+    assert cfg.budget_for(1) == 90 and cfg.budget_for(5) == 240  # per cell, capped per session
+    assert parse_config({}).confirm == ConfirmConfig()
+    assert ConfirmConfig().budget_s <= 180
+
+
+@pytest.mark.parametrize(("raw", "key"), [({"on_unconfirmed": "ignore"}, "on_unconfirmed"),
+                                          ({"confirm_budget": "soon"}, "confirm_budget"),
+                                          ({"confirm_session_budget": 0}, "confirm_session_budget"),
+                                          ({"confirm": "yes"}, "confirm"), ({"confirm_python": 3}, "confirm_python")])
+def test_bad_config_names_the_key(raw: dict[str, object], key: str) -> None:
+    with pytest.raises(PolicyError, match=rf"\[tool.perfsuite.gate\] {key} = .* is invalid; allowed"):
+        parse_config(raw)
+
+
+def test_parse_alone_uses_the_given_error() -> None:
+    with pytest.raises(ValueError, match="on_unconfirmed"):
+        parse({"on_unconfirmed": 1}, lambda k, got, allowed, fix="": ValueError(k))

@@ -1,0 +1,70 @@
+"""The per-test glue: a test's stored-baseline verdicts plus the session's findings -> its failure message and
+warnings (perfsuite.confirm.session.Confirmation.review), with injected verdicts and findings."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from perfsuite.confirm.config import ConfirmConfig
+from perfsuite.confirm.decision import Finding
+from perfsuite.confirm.session import Confirmation
+from perfsuite.gate.verdict import Verdict
+from perfsuite.session import GateDrift, GateUnconfirmed
+
+NODE = "tests/perf/test_latency.py::test_tpot[c]"
+
+
+def verdict(kind: str, metric: str = "median_tpot_ms", method: str = "runs") -> Verdict:
+    return Verdict(NODE, metric, kind, 1.2, 1.1, 1.3, 0.05, 0.03, "lower_is_better", 0.01, 1e-4, method, 10, 1,
+                   baseline_value=2.0, current_value=2.4)
+
+
+def conf(**kw: object) -> Confirmation:
+    c = Confirmation(ConfirmConfig(on_unconfirmed=str(kw.pop("policy", "fail"))), **kw)  # type: ignore[arg-type]
+    c.probe = ["machine probe: copy bandwidth 18 GB/s now vs 26 GB/s in the baseline runs (-31%, ...)"]
+    return c
+
+
+def test_refuted_regression_passes_with_drift_and_probe() -> None:
+    c = conf()
+    c.findings[(NODE, "median_tpot_ms")] = Finding("refuted", "median_tpot_ms", 0.0, -0.02, 0.02, 20, drift=0.2)
+    with pytest.warns(GateDrift, match=r"(?s)drift, not code.*20.0% slower.*machine probe: copy bandwidth"):
+        fail, unsure = c.review(NODE, [verdict("regression")], "perfsuite gate: significant regression", None)
+    assert fail is None and unsure is None
+
+
+def test_confirmed_regression_keeps_the_screen_and_adds_the_ab() -> None:
+    c = conf()
+    c.findings[(NODE, "median_tpot_ms")] = Finding("confirmed", "median_tpot_ms", 0.2, 0.1, 0.3, 20, drift=0.0)
+    fail, _ = c.review(NODE, [verdict("regression")], "perfsuite gate: significant regression", None)
+    assert fail is not None and fail.startswith("perfsuite gate: significant regression")
+    assert "regression confirmed" in fail and "machine probe" in fail
+
+
+def test_an_exact_failure_still_fails_when_the_latency_is_refuted() -> None:
+    c = conf()
+    c.findings[(NODE, "median_tpot_ms")] = Finding("refuted", "median_tpot_ms", 0.0, -0.02, 0.02, 20)
+    exact = verdict("regression", "generated_tokens", "exact")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        fail, _ = c.review(NODE, [verdict("regression"), exact], "perfsuite gate: regression", None)
+    assert fail is not None
+
+
+def test_warn_policy_and_untouched_verdicts() -> None:
+    c = conf(policy="warn")
+    c.findings[(NODE, "median_tpot_ms")] = Finding("unconfirmed", "median_tpot_ms", reason="x is not a git checkout")
+    with pytest.warns(GateUnconfirmed, match="not a git checkout"):
+        fail, _ = c.review(NODE, [verdict("regression")], "perfsuite gate: regression", None)
+    assert fail is None
+    # no screened regression: the stored verdict's messages pass through unchanged
+    assert conf().review(NODE, [verdict("inconclusive")], None, "could not decide") == (None, "could not decide")
+
+
+def test_confirmed_inconclusive_screen_replaces_its_warning() -> None:
+    c = conf(confirm_inconclusive=True)
+    c.findings[(NODE, "median_tpot_ms")] = Finding("confirmed", "median_tpot_ms", 0.1, 0.05, 0.2, 30)
+    fail, unsure = c.review(NODE, [verdict("inconclusive")], None, "could not decide")
+    assert fail is not None and "regression confirmed" in fail and unsure is None
