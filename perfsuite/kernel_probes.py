@@ -135,9 +135,12 @@ def injected(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
     for item in filter(None, (s.strip() for s in raw.split(","))):
         name, sep, value = item.partition("=")
         name, value = name.strip(), value.strip().lower()
-        if not sep or name not in PROBES or value not in ("present", "absent"):
-            raise ProbeError(f"{ENV}={raw!r}: {item!r} is not <probe>=present|absent; probes: "
-                             f"{', '.join(PROBES)} (e.g. {ENV}=vllm.cpu_gemm_wna16=absent)")
+        bad = (f"{item!r} is not <probe>=present|absent" if not sep else f"unknown probe {name!r} in {item!r}"
+               if name not in PROBES else f"{item!r}: the answer must be present or absent, not {value!r}"
+               if value not in ("present", "absent") else None)
+        if bad:
+            raise ProbeError(f"{ENV}={raw!r}: {bad}; probes: {', '.join(PROBES)} "
+                             f"(e.g. {ENV}=vllm.cpu_gemm_wna16=absent)")
         out[name] = value == "present"
     return out
 
