@@ -145,7 +145,7 @@ def injected(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
     return out
 
 
-def _injected_result(name: str, present: bool) -> ProbeResult:
+def injected_result(name: str, present: bool) -> ProbeResult:
     what = f"torch.ops._C.{name.split('.', 1)[1]}" if name.startswith("vllm.") else name
     return ProbeResult(name, present, f"{what} {'present' if present else 'absent'}: injected by {ENV}", "injected")
 
@@ -154,7 +154,7 @@ def check(name: str, environ: Mapping[str, str] | None = None) -> ProbeResult:
     """One probe, in this process (import its library here only where it is imported anyway)."""
     inj = injected(environ)
     if name in inj:
-        return _injected_result(name, inj[name])
+        return injected_result(name, inj[name])
     try:
         present, detail = PROBES[name].check()
     except Exception as exc:  # a probe that fails tells nothing: not a reason to skip
@@ -216,5 +216,5 @@ def results(cache_dir: Any = None, timeout_s: float = 120.0, environ: Mapping[st
 
     inj = injected(environ)
     base = kernel_probes_run.run_cached(cache_dir, timeout_s) if set(PROBES) - set(inj) else {}
-    return [_injected_result(n, inj[n]) if n in inj else
+    return [injected_result(n, inj[n]) if n in inj else
             base.get(n, ProbeResult(n, None, "probe did not answer")) for n in PROBES]

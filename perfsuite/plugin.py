@@ -222,6 +222,9 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         machine_info["perfsuite"]["doctor"] = doctor.machine_facts(session.settings.device)
     except Exception as exc:  # facts are context; a failing probe must not fail the run
         machine_info["perfsuite"]["doctor"] = {"error": f"{type(exc).__name__}: {exc}"}
+    from perfsuite import kernel_probes_run  # which kernels this machine had: cached, probed when recording
+
+    machine_info["perfsuite"]["kernels"] = kernel_probes_run.machine_info(probe=session.settings.update_baselines)
     if session.load is not None:
         machine_info["perfsuite"]["preflight"] = session.load
     if session.peaks:
