@@ -87,7 +87,7 @@ def run_cached(cache_dir: Any = None, timeout_s: float = 120.0) -> dict[str, Pro
     return answers
 
 
-COLD = ("not probed: no cached answer for this environment in {dir} (a cold cache: probing imports vLLM in a "
+COLD = ("no cached answer for this environment in {dir} (a cold cache: probing imports vLLM in a "
         "subprocess, seconds to tens of seconds); `perfsuite doctor` or a baseline recording fills it")
 
 
