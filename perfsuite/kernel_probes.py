@@ -135,14 +135,17 @@ def injected(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
     for item in filter(None, (s.strip() for s in raw.split(","))):
         name, sep, value = item.partition("=")
         name, value = name.strip(), value.strip().lower()
-        if not sep or name not in PROBES or value not in ("present", "absent"):
-            raise ProbeError(f"{ENV}={raw!r}: {item!r} is not <probe>=present|absent; probes: "
-                             f"{', '.join(PROBES)} (e.g. {ENV}=vllm.cpu_gemm_wna16=absent)")
+        bad = (f"{item!r} is not <probe>=present|absent" if not sep else f"unknown probe {name!r} in {item!r}"
+               if name not in PROBES else f"{item!r}: the answer must be present or absent, not {value!r}"
+               if value not in ("present", "absent") else None)
+        if bad:
+            raise ProbeError(f"{ENV}={raw!r}: {bad}; probes: {', '.join(PROBES)} "
+                             f"(e.g. {ENV}=vllm.cpu_gemm_wna16=absent)")
         out[name] = value == "present"
     return out
 
 
-def _injected_result(name: str, present: bool) -> ProbeResult:
+def injected_result(name: str, present: bool) -> ProbeResult:
     what = f"torch.ops._C.{name.split('.', 1)[1]}" if name.startswith("vllm.") else name
     return ProbeResult(name, present, f"{what} {'present' if present else 'absent'}: injected by {ENV}", "injected")
 
@@ -151,7 +154,7 @@ def check(name: str, environ: Mapping[str, str] | None = None) -> ProbeResult:
     """One probe, in this process (import its library here only where it is imported anyway)."""
     inj = injected(environ)
     if name in inj:
-        return _injected_result(name, inj[name])
+        return injected_result(name, inj[name])
     try:
         present, detail = PROBES[name].check()
     except Exception as exc:  # a probe that fails tells nothing: not a reason to skip
@@ -213,5 +216,5 @@ def results(cache_dir: Any = None, timeout_s: float = 120.0, environ: Mapping[st
 
     inj = injected(environ)
     base = kernel_probes_run.run_cached(cache_dir, timeout_s) if set(PROBES) - set(inj) else {}
-    return [_injected_result(n, inj[n]) if n in inj else
+    return [injected_result(n, inj[n]) if n in inj else
             base.get(n, ProbeResult(n, None, "probe did not answer")) for n in PROBES]

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -57,14 +58,22 @@ def _cache_file(cache_dir: Any) -> Path:
     return root / "kernel-probes" / f"{key_digest(environment_key())}.json"
 
 
-def run_cached(cache_dir: Any = None, timeout_s: float = 120.0) -> dict[str, ProbeResult]:
-    path = _cache_file(cache_dir)
+def cached(cache_dir: Any = None) -> dict[str, ProbeResult] | None:
+    """The cached answers for this environment, or None when there are none (no subprocess is started)."""
     try:
-        stored = json.loads(path.read_text())
+        stored = json.loads(_cache_file(cache_dir).read_text())
         if set(stored.get("results", {})) == set(PROBES):
             return {n: ProbeResult(n, r["present"], r["detail"], "cached") for n, r in stored["results"].items()}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
+    return None
+
+
+def run_cached(cache_dir: Any = None, timeout_s: float = 120.0) -> dict[str, ProbeResult]:
+    path = _cache_file(cache_dir)
+    hit = cached(cache_dir)
+    if hit is not None:
+        return hit
     answers, complete = run_subprocess(timeout_s)
     if complete:
         try:
@@ -76,6 +85,30 @@ def run_cached(cache_dir: Any = None, timeout_s: float = 120.0) -> dict[str, Pro
         except OSError:
             pass  # an unwritable cache costs a subprocess next time, nothing else
     return answers
+
+
+COLD = ("no cached answer for this environment in {dir} (a cold cache: probing imports vLLM in a "
+        "subprocess, seconds to tens of seconds); `perfsuite doctor` or a baseline recording fills it")
+
+
+def machine_info(cache_dir: Any = None, probe: bool = False, timeout_s: float = 120.0,
+                 environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a run records about its kernels (``machine_info.perfsuite.kernels``): probe name -> present, source,
+    detail. From the cache only, unless ``probe`` (a baseline recording: it must say which kernels its machine had,
+    so a cold cache is filled, one subprocess); otherwise a cold cache gives ``{"not_probed": why}``. Injected
+    answers (``PERFSUITE_KERNEL_PROBES``) are recorded as such. Never raises: the facts are context."""
+    from perfsuite import kernel_probes
+
+    try:
+        inj = kernel_probes.injected(environ)
+        base = (run_cached(cache_dir, timeout_s) if probe else cached(cache_dir)) if set(PROBES) - set(inj) else {}
+        if base is None:
+            return {"not_probed": COLD.format(dir=_cache_file(cache_dir).parent)}
+        return {n: {k: v for k, v in r.as_dict().items() if k != "name"} for n, r in
+                ((n, kernel_probes.injected_result(n, inj[n]) if n in inj else
+                  base.get(n, ProbeResult(n, None, "probe did not answer"))) for n in PROBES)}
+    except Exception as exc:  # a failing probe must not fail the run
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def run_subprocess(timeout_s: float) -> tuple[dict[str, ProbeResult], bool]:

@@ -80,7 +80,7 @@ def _opt(config: pytest.Config, key: str, default: Any) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     """Before pytest-benchmark builds its session (its configure is trylast)."""
     config.addinivalue_line("markers", "perf: a perfsuite latency benchmark of one cell")
-    from perfsuite import gate, precheck, preflight
+    from perfsuite import gate, kernel_probes, precheck, preflight
 
     pyproject = cfg.find_pyproject(config.rootpath)
     try:
@@ -98,12 +98,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
         inject.fraction_from_env()  # a malformed calibration knob is a usage error before anything runs
         precheck.check_thread_env(os.environ)  # so is a thread count the runtimes would silently ignore
+        kernel_probes.injected()  # and a mistyped PERFSUITE_KERNEL_PROBES (else each affected cell fails with it)
         gate_config = gate.parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
         settings = cfg.resolve(conf, profile=_opt(config, "profile", "smoke"), device=device,
                                backends=_opt(config, "backend", None), models=_opt(config, "model", None),
                                runner_class=override or rc, update_baselines=update,
                                workers=_opt(config, "workers", None))
-    except (cfg.ConfigError, gate.PolicyError, RuntimeError, ValueError, preflight.PreflightError) as exc:
+    except (cfg.ConfigError, gate.PolicyError, RuntimeError, ValueError, preflight.PreflightError,
+            kernel_probes.ProbeError) as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     facts["detected_runner_class"] = rc
     session = PerfSession(settings, facts, gate_config=gate_config,
@@ -226,6 +228,9 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         machine_info["perfsuite"]["doctor"] = doctor.machine_facts(session.settings.device)
     except Exception as exc:  # facts are context; a failing probe must not fail the run
         machine_info["perfsuite"]["doctor"] = {"error": f"{type(exc).__name__}: {exc}"}
+    from perfsuite import kernel_probes_run  # which kernels this machine had: cached, probed when recording
+
+    machine_info["perfsuite"]["kernels"] = kernel_probes_run.machine_info(probe=session.settings.update_baselines)
     if session.load is not None:
         machine_info["perfsuite"]["preflight"] = session.load
     if session.peaks:

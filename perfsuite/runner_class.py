@@ -168,6 +168,20 @@ def detect(device: str, caps: capabilities.CpuCapabilities | None = None) -> tup
     return from_facts(device, facts), facts
 
 
+def legacy_of(runner_class: str, caps: capabilities.CpuCapabilities | None = None) -> str | None:
+    """The pre-tier name (``cpu-<model>-<N>c``) of ``runner_class`` if it is the class detected for this CPU (or
+    ``caps``), else None: an override has no old name. Cheap (/proc/cpuinfo); None for a malformed
+    ``PERFSUITE_CPU_FLAGS`` too (the caller that detected the class reports that)."""
+    try:
+        caps = caps or capabilities.detect()
+    except ValueError:
+        return None
+    if runner_class != from_facts("cpu", {"cpu_model": caps.model, "cores": caps.cores, "cpu_tier": caps.tier}):
+        return None
+    old = legacy_cpu_class(caps.model, caps.cores)
+    return old if old != runner_class else None
+
+
 def recorded_class(machine_info: Mapping[str, Any]) -> str | None:
     """The runner class of a stored run (its ``machine_info``) in today's naming.
 

@@ -5,8 +5,10 @@ AMX Xeon, ``cpu-amd-epyc-avx2-2c`` on an AVX2-only EPYC). Every run file in ``<b
 never rewritten; a run recorded under its machine's detected pre-tier name moves, byte for byte, to the folder of
 the class that the CPU flags it recorded give (one old folder may hold runs of machines of two tiers: they part).
 A folder whose runs all go to one class without a folder yet is renamed whole, else the files move one by one;
-nothing ever moves onto an existing file or run number (then nothing moves at all). Inside a git work tree the
-moves are ``git mv``. ``--dry-run`` prints the moves only. Exit 0 (moved, or nothing to do), 2 (bad input or a
+nothing ever moves onto an existing file or run number (then nothing moves at all). A known-gaps file named after
+an old class (``known_gaps/<old>.toml``) moves with it to ``known_gaps/<class>.toml``, where the old folder's runs
+all went to one class, or the old name is this machine's (otherwise it stays: its runs parted between classes). Inside a git
+work tree the moves are ``git mv``. ``--dry-run`` prints the moves only. Exit 0 (moved, or nothing to do), 2 (bad input or a
 clash; one line naming it).
 """
 
@@ -81,7 +83,10 @@ def plan(root: Path) -> list[Move]:
         if not classes and not new.exists() and len(targets) == len(list(folder.iterdir())):
             moves.append(Move(folder, new, len(targets), whole=True))
             taken[new] = {r.name[:4] for r in targets}
+            _gaps_move(root, folder.name, new.name, moves)
             continue
+        if not classes:
+            _gaps_move(root, folder.name, new.name, moves)
         for run, cls in targets.items():
             dst = root / cls / run.name
             numbers = taken.setdefault(dst.parent, {r.name[:4] for r in baselines.list_runs(dst.parent)})
@@ -90,7 +95,29 @@ def plan(root: Path) -> list[Move]:
                                  "hand under a free number (nothing was moved)")
             numbers.add(run.name[:4])
             moves.append(Move(run, dst, 1))
+    _this_machine_gaps(root, moves)
     return moves
+
+
+def _gaps_move(root: Path, old: str, new: str, moves: list[Move]) -> None:
+    src, dst = root / "known_gaps" / f"{old}.toml", root / "known_gaps" / f"{new}.toml"
+    if not src.is_file() or any(m.src == src for m in moves):
+        return
+    if dst.exists():
+        raise UsageError(f"{src}: belongs at {dst}, which exists; merge the two by hand (nothing was moved)")
+    moves.append(Move(src, dst, 0))
+
+
+def _this_machine_gaps(root: Path, moves: list[Move]) -> None:
+    """This machine's known-gaps file under its old name, when no old folder of runs said where it goes."""
+    from perfsuite import runner_class
+
+    try:
+        rc, facts = runner_class.detect("cpu")
+    except ValueError:  # a malformed PERFSUITE_CPU_FLAGS: nothing to say about this machine
+        return
+    if not facts.get("cpu_flags_injected") and facts["legacy_runner_class"] != rc:
+        _gaps_move(root, facts["legacy_runner_class"], rc, moves)
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
@@ -139,8 +166,10 @@ def main(args: argparse.Namespace) -> int:
         how = "would move" if args.dry_run else f"moved ({apply(m)})"
         print(f"{how} {m.src} -> {m.dst}" + (f" ({m.runs} run(s))" if m.whole else ""))
     if not args.dry_run:
-        for folder in {m.src.parent for m in moves if not m.whole}:
+        for folder in {m.src.parent for m in moves if m.runs and not m.whole}:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
-        print(f"perfsuite baselines migrate: {sum(m.runs for m in moves)} run(s) moved, files unchanged")
+        gaps = sum(not m.runs for m in moves)
+        print(f"perfsuite baselines migrate: {sum(m.runs for m in moves)} run(s)"
+              + (f" and {gaps} known-gaps file(s)" if gaps else "") + " moved, files unchanged")
     return 0

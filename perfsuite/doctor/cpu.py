@@ -1,4 +1,9 @@
-"""CPU facts, read from /proc and /sys without importing anything heavy."""
+"""CPU facts, read from /proc and /sys without importing anything heavy.
+
+The model, cores, flags and instruction-set tier come from :mod:`perfsuite.capabilities` (the one source of CPU facts,
+the runner class's too), read through the doctor's :class:`Host`; the doctor shows the CPU as it is, so
+``PERFSUITE_CPU_FLAGS`` (a test hook that changes the perf suite's decisions) is not applied here.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,8 @@ import os
 import platform
 from typing import Any
 
+from perfsuite import capabilities, runner_class
 from perfsuite.doctor.host import Host
-from perfsuite.runner_class import cpu_count, cpu_model
 
 FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "fma", "neon", "asimd")
 
@@ -43,12 +48,9 @@ def memory_total_bytes(host: Host) -> int | None:
 
 
 def facts(host: Host) -> dict[str, Any]:
-    flags: set[str] = set()
-    for line in (host.read_text("/proc/cpuinfo") or "").splitlines():
-        if line.startswith(("flags", "Features")):
-            flags = set(line.split(":", 1)[1].split())
-            break
-    return {"model": cpu_model(), "cores": cpu_count(), "logical_cpus": os.cpu_count(),
+    caps = capabilities.detect(cpuinfo=host.read_text("/proc/cpuinfo") or "", env={})
+    rc = runner_class.from_facts("cpu", {"cpu_model": caps.model, "cores": caps.cores, "cpu_tier": caps.tier})
+    return {"model": caps.model, "cores": caps.cores, "logical_cpus": os.cpu_count(),
             "machine": platform.machine(), "system": platform.system(),
             "memory_total_bytes": memory_total_bytes(host), "llc_bytes": last_level_cache_bytes(host),
-            "flags": [f for f in FLAGS_OF_INTEREST if f in flags]}
+            "flags": [f for f in FLAGS_OF_INTEREST if f in caps.flags], "tier": caps.tier, "runner_class": rc}

@@ -50,8 +50,10 @@ def render(r: Report) -> list[str]:
     rows: list[tuple[str, str]] = [
         ("CPU", f"{c.get('model')} · {c.get('cores')} cores · {_gib(c.get('memory_total_bytes'))} RAM · "
                 f"LLC {_gib(c.get('llc_bytes')) if (c.get('llc_bytes') or 0) >= 2**30 else str((c.get('llc_bytes') or 0) // 2**20) + ' MiB'}"
-                + (f" · {' '.join(c['flags'])}" if c.get("flags") else "")),
+                + (f" · {' '.join(c['flags'])}" if c.get("flags") else "") + (f" · tier {c['tier']}" if c.get("tier") else "")),
     ]
+    if c.get("runner_class"):
+        rows.append(("class", f"{c['runner_class']} (the runner class of the CPU cells: baselines/<class>/)"))
     if r.gpus:
         for g in r.gpus:
             rows.append((f"GPU {g.index}", f"{g.name or '?'} · {g.arch or 'arch ?'} · {_gib(g.vram_bytes)} · "

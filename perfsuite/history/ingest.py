@@ -127,17 +127,24 @@ def _process_points(processes: Any, dropped: Counter[str]) -> list[tuple[str, in
     return out
 
 
-def _parse_run(path: Path, data: dict[str, Any], sha: str) -> Parsed:
+def _parse_run(path: Path, data: dict[str, Any], sha: str, runner_class: str | None = None) -> Parsed:
+    """``runner_class``: the class asked for; a run recorded under it stays under it, even a pre-tier name."""
+    from perfsuite.runner_class import recorded_class
+
     mi = data.get("machine_info", {})
     meta = mi["perfsuite"]
-    rc = meta.get("runner_class")
+    recorded = rc = meta.get("runner_class")
     if not isinstance(rc, str) or not rc:
         raise HistoryError(f"{path}: machine_info.perfsuite has no runner_class; {_FIX}")
+    if runner_class != rc:  # recorded before classes carried the tier: today's name, as the gate reads it
+        rc = recorded_class(mi) or rc
     ci = data.get("commit_info") or {}
     versions = {k[:-len("_version")]: str(v) for k, v in meta.items() if k.endswith("_version") and v}
     if mi.get("python_version"):
         versions["python"] = str(mi["python_version"])
     machine = {k: v for k, v in meta.items() if not k.endswith("_version")}
+    if rc != recorded:
+        machine["runner_class"], machine["runner_class_recorded"] = rc, recorded
     for k in ("node", "machine", "system", "release"):
         if mi.get(k):
             machine[k] = mi[k]
@@ -153,7 +160,7 @@ def _parse_run(path: Path, data: dict[str, Any], sha: str) -> Parsed:
         if not isinstance(cell_id, str) or not cell_id:
             raise HistoryError(f"{path}: benchmark {b.get('name')!r} names no cell (extra_info.cell.id); {_FIX}")
         other = info.get("runner_class")
-        if other not in (None, rc):
+        if other not in (None, rc, recorded):
             raise HistoryError(f"{path}: benchmark {b.get('name')!r} is of runner class {other!r}, the file of "
                                f"{rc!r}; a run file holds one runner class; {_FIX}")
         r = Result(str(b.get("name") or b["fullname"]), cell_id, str(info.get("metric") or b.get("group") or ""),
@@ -210,7 +217,7 @@ def parse_file(path: Path, runner_class: str | None = None, *, fallback_runner_c
             baselines.read_run(path)  # the same checks as a baseline: perfsuite's schema, not newer, well formed
         except baselines.BaselineError as exc:
             raise HistoryError(f"{exc} ({_FIX})") from None
-        parsed = _parse_run(path, dict(data), sha)
+        parsed = _parse_run(path, dict(data), sha, runner_class)
     elif (isinstance(data, Mapping) and (data.get("kind") == "ab" or "verdicts" in data)) or (
             isinstance(data, list) and data and all(isinstance(v, Mapping) and "metric" in v for v in data)):
         parsed = _parse_ab(path, data, sha, runner_class or fallback_runner_class)

@@ -124,6 +124,7 @@ class GapSet:
     env: Environment | None = None
     characterised_by: tuple[str, ...] = ()  # the files that characterise this feature set
     declared: tuple[str, ...] = ()  # the files that declare characterised_on
+    renamed: str = ""  # a note: the class file was found under this machine's pre-tier class name
 
     @property
     def features(self) -> str:
@@ -139,7 +140,8 @@ class GapSet:
                      "feature sets (characterised_on)")
         else:
             state = f"not yet characterised on {self.features}: no known-gaps file declares it (characterised_on)"
-        return f"runner class {self.runner_class} ({state}); known-gaps files: {names}"
+        return f"runner class {self.runner_class} ({state}); known-gaps files: {names}" + (
+            f"; {self.renamed}" if self.renamed else "")
 
 
 def directory_for(start: Path | None = None) -> Path:
@@ -167,13 +169,38 @@ def scope_files(runner_class: str, directory: Path | None = None) -> tuple[Path,
     return d / f"{ALL_RUNNERS}.toml", d / f"{family(rc)}.toml", d / f"{rc}.toml"
 
 
-def for_runner(runner_class: str, directory: Path | None = None, env: Environment | None = None) -> GapSet:
+def legacy_file(runner_class: str, directory: Path | None = None, legacy: str | None = None) -> Path | None:
+    """``<old name>.toml`` when ``runner_class`` has no file of its own but has one under its pre-tier name
+    (``legacy``; default: this machine's, if ``runner_class`` is the class detected here)."""
+    from perfsuite.runner_class import legacy_of
+
+    own = path_for(runner_class, directory)
+    old = legacy if legacy is not None else legacy_of(runner_class)
+    if not old or old == runner_class or own.exists():
+        return None
+    path = own.with_name(f"{old}.toml")
+    return path if path.exists() else None
+
+
+def renamed_note(old: Path, runner_class: str) -> str:
+    new = old.with_name(f"{runner_class}.toml")
+    return (f"{old} is read as {new.name}: it is named after this machine's runner class before classes carried the "
+            f"CPU tier; rename it with `perfsuite baselines migrate` (or `git mv {old} {new}`)")
+
+
+def for_runner(runner_class: str, directory: Path | None = None, env: Environment | None = None,
+               legacy: str | None = None) -> GapSet:
     """The gaps of ``runner_class``: all.toml + its family's file + its own, entries whose ``when`` holds in ``env``
-    (default: this machine). Raises :class:`KnownGapsError` for a malformed file or an invalid class."""
+    (default: this machine). Its own file is also found under its pre-tier name (:func:`legacy_file`; ``legacy``
+    names it, default: this machine's), with a note saying to rename it. Raises :class:`KnownGapsError` for a
+    malformed file or an invalid class."""
     try:
         files = scope_files(runner_class, directory)
+        old = legacy_file(runner_class, directory, legacy)
     except ValueError as exc:
         raise KnownGapsError(str(exc)) from None
+    if old is not None and files[2] != files[1]:
+        files = (files[0], files[1], old)
     env = env or environment()
     present = tuple(dict.fromkeys(p for p in files if p.exists()))
     gaps: list[Gap] = []
@@ -185,7 +212,8 @@ def for_runner(runner_class: str, directory: Path | None = None, env: Environmen
             declared.append(path.name)
         if (on is None and path == files[2] != files[1]) or any(conditions_hold(c, env) for c in on or ()):
             by.append(path.name)  # a class file without characterised_on characterises its own class
-    return GapSet(runner_class, tuple(gaps), present, bool(by), env, tuple(by), tuple(declared))
+    return GapSet(runner_class, tuple(gaps), present, bool(by), env, tuple(by), tuple(declared),
+                  renamed_note(old, runner_class) if old is not None and old in present else "")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from history_fixtures import TORCH, nightly_series
+from history_fixtures import REAL_CLASS, TORCH, nightly_series
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -140,13 +140,13 @@ def test_history_names_the_commits_and_the_ab_that_confirms(tmp_path: Path, caps
               "--fail-on-regression", "--json", str(out_json)])
     out = capsys.readouterr().out
     assert rc == 1, out
-    assert re.search(rf"REGRESSION: cpu-intel-xeon-2c {TORCH} tpot:median_tpot_ms: \+[4-8]\.\d%", out), out
+    assert re.search(rf"REGRESSION: {REAL_CLASS} {TORCH} tpot:median_tpot_ms: \+[4-8]\.\d%", out), out
     assert "between 1111111111..1212121212" in out
     assert (f"confirm: perfsuite ab --a ../cp-a --b ../cp-b --budget 5m --cells {TORCH} --profile smoke "
             "--device cpu --backend torch --model tiny-llama") in out
     assert f"git worktree add ../cp-a {'11' * 20} && git worktree add ../cp-b {'12' * 20}" in out
     with history.open_history(db, readonly=True) as h:
-        [f] = query.find_changes(h, query.SeriesKey("cpu-intel-xeon-2c", TORCH, "tpot", "median_tpot_ms"))
+        [f] = query.find_changes(h, query.SeriesKey(REAL_CLASS, TORCH, "tpot", "median_tpot_ms"))
     assert f.since == 4 and f.kind == "regression"
     import json
 

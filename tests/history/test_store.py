@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from history_fixtures import REAL_RUN, TORCH, load_real, variant, write
+from history_fixtures import REAL_CLASS, REAL_RUN, TORCH, load_real, variant, write
 
 from perfsuite import history
 from perfsuite.cli import main as cli
@@ -39,7 +39,7 @@ def db_path(tmp_path: Path) -> Path:
 def test_real_run_becomes_points_with_its_facts(db_path: Path) -> None:
     real = load_real()
     with history.open_history(db_path, readonly=True) as db:
-        key = query.SeriesKey("cpu-intel-xeon-2c", TORCH, "tpot", "median_tpot_ms")
+        key = query.SeriesKey(REAL_CLASS, TORCH, "tpot", "median_tpot_ms")
         pts = query.points(db, key)
         want = next(b["extra_info"]["median_tpot_ms"] for b in real["benchmarks"]
                     if b["extra_info"]["cell"]["id"] == TORCH and b["extra_info"]["metric"] == "tpot")
@@ -99,7 +99,7 @@ def test_runner_class_is_asserted_and_a_pinned_database_refuses_others(tmp_path:
     with history.open_history(q) as db:
         history.ingest(db, [REAL_RUN, other])
         classes = {k.runner_class for k in query.primary_keys(db)}
-    assert classes == {"cpu-intel-xeon-2c", "rocm-gfx942-mi300x"}
+    assert classes == {REAL_CLASS, "rocm-gfx942-mi300x"}
 
 
 def test_a_benchmark_of_another_class_inside_a_run_is_refused(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_worker_process_values_are_kept_when_present(tmp_path: Path) -> None:
     p = tmp_path / "h.sqlite"
     with history.open_history(p) as db:
         rep = history.ingest(db, [write(tmp_path, "w.json", d)])
-        key = query.SeriesKey("cpu-intel-xeon-2c", TORCH, "tpot", "median_tpot_ms")
+        key = query.SeriesKey(REAL_CLASS, TORCH, "tpot", "median_tpot_ms")
         assert query.process_values(db, key, rep.added[0][1]) == [1.1, 1.4]  # its own aggregate wins
         mb = db.query("SELECT measured_by FROM results WHERE measured_by IS NOT NULL")
         assert json.loads(mb[0][0])["worker_processes"] == 2
@@ -272,3 +272,30 @@ def test_ingest_names_the_nonfinite_values_it_drops(tmp_path: Path, capsys: pyte
     err = capsys.readouterr().err
     assert (f"perfsuite history: {bad}: dropped 4 non-finite value(s) (NaN/inf): median_ttft_ms 1, "
             "samples.ttft_ms 2, processes[].samples.ttft_ms 1") in err, err
+
+
+def test_an_old_style_run_joins_the_series_of_its_class_today(tmp_path: Path) -> None:
+    """A run recorded as cpu-intel-xeon-2c (before the CPU tier) and one recorded as cpu-intel-xeon-amx-2c are one
+    series, as the gate reads them; the recorded name is kept in the run's facts."""
+    new = load_real()
+    ps = new["machine_info"]["perfsuite"]
+    ps.update(runner_class=REAL_CLASS, detected_runner_class=REAL_CLASS, cpu_tier="amx")
+    for b in new["benchmarks"]:
+        b["extra_info"]["runner_class"] = REAL_CLASS
+    newer = write(tmp_path, "new.json", variant(new, commit="d" * 40, day=40))
+    with history.open_history(tmp_path / "h.sqlite") as db:
+        history.ingest(db, [REAL_RUN, newer])
+        assert {k.runner_class for k in query.primary_keys(db)} == {REAL_CLASS}
+        assert len(query.points(db, query.SeriesKey(REAL_CLASS, TORCH, "tpot", "median_tpot_ms"))) == 2
+        old = json.loads(db.query("SELECT machine FROM runs WHERE source = ?", (str(REAL_RUN),))[0][0])
+        assert old["runner_class_recorded"] == "cpu-intel-xeon-2c" and old["runner_class"] == REAL_CLASS
+
+
+def test_an_explicit_class_stays_as_given(tmp_path: Path) -> None:
+    """A run recorded under an override (not the class detected then) is not renamed; nor is a run ingested into a
+    history asked for by its recorded name (--runner-class cpu-intel-xeon-2c, a database pinned to it)."""
+    forced = load_real()
+    forced["machine_info"]["perfsuite"]["detected_runner_class"] = "cpu-other-2c"
+    assert history.parse_file(write(tmp_path, "forced.json", forced)).runner_class == "cpu-intel-xeon-2c"
+    assert history.parse_file(REAL_RUN).runner_class == REAL_CLASS
+    assert history.parse_file(REAL_RUN, "cpu-intel-xeon-2c").runner_class == "cpu-intel-xeon-2c"

@@ -44,3 +44,13 @@ def test_an_empty_option_is_a_usage_error_naming_it() -> None:
     p = _pytest("--perf-workers=")
     assert p.returncode == 4, p.stdout[-1500:] + p.stderr[-1500:]
     assert "--perf-workers: empty; give a value or leave the option out" in p.stderr, p.stderr
+
+
+def test_a_mistyped_kernel_probe_injection_is_a_usage_error_at_start() -> None:
+    """It failed each affected cell in its worker, one line each; now pytest stops before collecting anything."""
+    p = _pytest(PERFSUITE_KERNEL_PROBES="vllm.cpu_gemm_wn16=absent")
+    assert p.returncode == 4, p.stdout[-1500:] + p.stderr[-1500:]
+    line = next(x for x in p.stderr.splitlines() if "PERFSUITE_KERNEL_PROBES" in x)
+    assert "unknown probe 'vllm.cpu_gemm_wn16'" in line and "vllm.cpu_gemm_wna16, vllm.cpu_shm_allreduce" in line, line
+    p = _pytest(PERFSUITE_KERNEL_PROBES="torch.inductor_cxx=gone")
+    assert p.returncode == 4 and "the answer must be present or absent, not 'gone'" in p.stderr, p.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "history"))
-from history_fixtures import TORCH, nightly_series
+from history_fixtures import REAL_CLASS, TORCH, nightly_series
 
 from perfsuite.cli import main as cli
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).parents[2]
 
 
 def _ab_doc() -> dict:
-    return {"kind": "ab", "runner_class": "cpu-intel-xeon-2c", "datetime": "2026-01-25T03:00:00+00:00",
+    return {"kind": "ab", "runner_class": REAL_CLASS, "datetime": "2026-01-25T03:00:00+00:00",
             "a": {"tree": "../cp-a", "commit": "19" * 20}, "b": {"tree": "../cp-b", "commit": "20" * 20},
             "verdicts": [{"test": f"test_tpot[{TORCH}]", "metric": "tpot_ms", "kind": "regression", "ratio": 1.058,
                           "ci_low": 1.041, "ci_high": 1.075, "a_values": [1.84, 1.86, 1.85, 1.83, 1.88],
@@ -55,13 +55,13 @@ def test_markdown_summary_names_what_needs_attention(report_dir: Path) -> None:
     assert md.startswith("# perfsuite nightly: cpu-intel-xeon-2c")
     assert "**1 new change point(s) toward slower** in the last 4 run(s)" in md
     assert "**A/B: 1 regression verdict(s)**" in md and "**2 new operator gap(s)**" in md
-    row = next(line for line in md.splitlines() if line.startswith("| cpu-intel-xeon-2c `torch") and "regression" in line)
+    row = next(line for line in md.splitlines() if line.startswith(f"| {REAL_CLASS} `torch") and "regression" in line)
     assert "`1919191919..2020202020`" in row and "perfsuite ab --a ../cp-a --b ../cp-b --budget 5m" in row
     assert re.search(r"\*\*\+[4-8]\.\d% regression\*\* \*new\*", row), row
     assert "| `test_tpot[torch-tiny-llama-float32-b1-p64-n32]` | tpot_ms | **regression** | +5.8% | +4.1% … +7.5% |" in md
     assert "| new gap | int8_dynamic_matmul | unit | onnxruntime-cpu | float16 |" in md
     assert "absent -> pass" not in md  # cells that appear passing are no news
-    latest = next(line for line in md.splitlines() if line.startswith(f"| cpu-intel-xeon-2c | `{TORCH}`"))
+    latest = next(line for line in md.splitlines() if line.startswith(f"| {REAL_CLASS} | `{TORCH}`"))
     assert latest.count("%") == 2  # TTFT and TPOT change against history
     assert len(md.encode()) < 100_000
 
