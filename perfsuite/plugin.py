@@ -363,67 +363,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     ps = session.config.stash.get(SESSION_KEY, None)
     if ps is None or ps.baseline_json is None:
         return
-    tmp = ps.baseline_json
-    keep = False
-    try:
-        if exitstatus != 0 or session.testsfailed:
-            ps.notes.append(f"perfsuite: run did not pass (exit status {int(exitstatus)}); no baseline written")
-            return
-        if not tmp.is_file():
-            ps.notes.append("perfsuite: no benchmark ran; no baseline written")
-            return
-        data = json.loads(tmp.read_text())
-        if not data.get("benchmarks"):
-            ps.notes.append("perfsuite: no benchmark ran; no baseline written")
-            return
-        refusal = _outlier(ps, data)
-        if refusal:
-            ps.notes.append(refusal)
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            return
-        from pytest_benchmark.utils import get_tag
+    from perfsuite.recording import finish_recording
 
-        try:
-            path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{get_tag()}",
-                                       baselines_dir=ps.settings.config.baselines_dir)
-        except (OSError, baselines.BaselineError) as exc:
-            keep = True
-            ps.notes.append(f"perfsuite: could not store the baseline in {ps.baseline_dir} ({exc}); this run's "
-                            f"results are kept in {tmp}: fix the folder and copy it in with perfsuite's name scheme")
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            return
-        ps.notes.append(f"perfsuite: recorded baseline {path}")
-    finally:
-        if not keep and tmp.is_file() and tmp.name.startswith("perfsuite-run-"):
-            tmp.unlink()
-
-
-def _outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:
-    """The gate's own test of the new run against the stored ones: a run much slower than them was most likely
-    disturbed (two recordings at once, a busy neighbour) and must not become a baseline silently."""
-    from perfsuite import gate
-    from perfsuite.gate import report
-
-    try:
-        runs = baselines.read_runs(ps.baseline_dir, ps.runner_class)
-    except baselines.BaselineError:
-        return None
-    runs = [r for r in runs if not gate.is_contended(r)]
-    if len(runs) < 3:
-        return None
-    verdicts = gate.compare_runs(runs[-ps.gate_config.baseline_runs:], [data], ps.gate_config)
-    slower = [v for v in verdicts if v.failed and not v.exact]
-    if not slower:
-        return None
-    why = "; ".join(f"{v.test.split('::')[-1]} {report.describe(v)}" for v in slower[:3])
-    if ps.settings.config.preflight.on_busy == "mark":
-        data.setdefault("machine_info", {}).setdefault("perfsuite", {})["contended"] = {"outlier": why}
-        ps.notes.append(f"perfsuite: recording a run marked contended (the gate will not use it): {why}")
-        return None
-    return (f"perfsuite: not recording a baseline: this run is slower than the {len(runs)} stored run(s) of "
-            f"{ps.runner_class}, so the machine was probably disturbed: {why}. Re-run on a quiet machine; if the "
-            f"slowdown is real and intended, start a new series (git mv {ps.baseline_dir} "
-            f"{ps.baseline_dir}-before-<change>) and record again")
+    if not finish_recording(ps, int(exitstatus), bool(session.testsfailed)):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
