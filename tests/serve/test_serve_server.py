@@ -149,3 +149,14 @@ def test_a_foreign_server_on_the_port_is_not_taken_for_ours(tmp_path):
         with pytest.raises(ServerError, match="exited with status"):
             s.start()
     assert gone(s.pids)
+
+
+def test_vllm_env_leaves_the_last_core_to_the_client(monkeypatch):
+    from perfsuite.serve.server import vllm_env
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert vllm_env(cpus=[0, 1])["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    assert vllm_env(cpus=[0, 1, 2, 3])["VLLM_CPU_OMP_THREADS_BIND"] == "0-2"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm_env(cpus=[0])  # one core: vLLM's default
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # the user's choice wins
+    assert vllm_env(cpus=[0, 1])["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
