@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
     if args.start:
         from perfsuite.serve.cell import started_server
 
-        with started_server(args.start, start_timeout_s=args.start_timeout) as (srv, name, vocab, cache):
+        with started_server(args.start, start_timeout_s=args.start_timeout, keep_logs=True) as (srv, name, vocab, cache):
             result = run(srv.base_url, args.model or name, pts, args, slos, min(vocab, args.vocab_size), cache,
                          abort=srv.abort_reason)
             result["server"] = {"model": args.start, "start_s": srv.start_s, "log": str(srv.log_path)}

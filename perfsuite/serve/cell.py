@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -107,9 +108,11 @@ def parse(t: Mapping[str, Any], where: str) -> ServingConfig:
 @contextlib.contextmanager
 def started_server(model: str, *, dtype: str = "float32", prefix_caching: bool = True,
                    cache_dir: Path | None = None, start_timeout_s: float = 900.0, kv_cache_space_gib: int = 1,
-                   log_dir: Path | None = None) -> Iterator[tuple[Server, str, int, Path]]:
+                   log_dir: Path | None = None, keep_logs: bool = False) -> Iterator[tuple[Server, str, int, Path]]:
     """vLLM's server for a perfsuite model (materialised as for every cell, plus the word tokenizer), stopped with
-    all its children when the block ends however it ends. Yields (server, served name, vocab size, cache dir)."""
+    all its children when the block ends however it ends. Yields (server, served name, vocab size, cache dir).
+    Without ``log_dir`` the log goes to a temporary folder, removed after a clean stop unless ``keep_logs``; a
+    failure keeps it (its error names the log)."""
     from perfsuite import models
     from perfsuite.serve import tokenizer
 
@@ -122,8 +125,14 @@ def started_server(model: str, *, dtype: str = "float32", prefix_caching: bool =
     srv = Server(vllm_argv(folder, served_name=name, port=port, dtype=dtype, prefix_caching=prefix_caching),
                  port=port, log_path=logs / f"vllm-{name}-{port}.log", env=vllm_env(kv_cache_space_gib),
                  start_timeout_s=start_timeout_s, name=f"vLLM server ({model}, port {port})")
-    with srv:
-        yield srv, name, resolved.vocab_size, cache
+    clean = False
+    try:
+        with srv:
+            yield srv, name, resolved.vocab_size, cache
+        clean = True
+    finally:
+        if clean and log_dir is None and not keep_logs:
+            shutil.rmtree(logs, ignore_errors=True)
 
 
 @dataclass
