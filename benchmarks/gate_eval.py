@@ -66,15 +66,35 @@ def git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def cmd_trees(out: Path) -> None:
+def _record(tree: Path, runs: int) -> None:
+    """``runs`` recording runs of the torch cells in ``tree`` for this machine's runner class, committed there: the
+    trials then compare against baselines this machine made (at the start of the campaign), as a team's would be."""
+    for i in range(runs):
+        proc = subprocess.run([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
+                               "-p", "no:randomly", "-p", "no:cacheprovider", "--perf-update-baselines"],
+                              cwd=tree, env=_env(tree), capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"recording run {i + 1} in {tree} failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-2000:]}")
+        print(f"recorded baseline run {i + 1}/{runs}", flush=True)
+    git("add", "baselines", cwd=tree)
+    git("commit", "-qm", f"Baselines: {runs} runs of the torch cells recorded on this machine for gate evaluation",
+        cwd=tree)
+
+
+def cmd_trees(out: Path, record: int = 0) -> None:
     out.mkdir(parents=True, exist_ok=True)
     head = git("rev-parse", "HEAD")
     for name in ["A", "A2", *REGRESSIONS]:
         tree = out / name
         if tree.exists():
             print(f"{tree}: exists")
+            if name == "A":
+                head = git("rev-parse", "HEAD", cwd=tree)
             continue
         git("worktree", "add", "--detach", str(tree), head)
+        if name == "A" and record:
+            _record(tree, record)
+            head = git("rev-parse", "HEAD", cwd=tree)  # every other tree starts from A with its baselines
         if name in REGRESSIONS:
             new, msg = REGRESSIONS[name]
             f = tree / BACKEND_FILE
@@ -195,6 +215,10 @@ def run_ab(out: Path, item: dict[str, Any]) -> dict[str, Any]:
             "tail": "" if proc.returncode in (0, 1) else (proc.stdout + proc.stderr)[-1500:]}
 
 
+_CONFIRM = re.compile(r"perfsuite confirm: (test_\w+)(?:\[\S*)? (\w+):")
+_CONFIRM_RUN = re.compile(r"perfsuite confirm: (\d+) pair\(s\) in (\d+) s \(stopped: (\w+)\)")
+_CONFIRM_KINDS = [("regression confirmed", "confirmed"), ("the A/B refutes it", "refuted"),
+                  ("could not decide in its budget", "inconclusive"), ("cannot confirm", "unconfirmed")]
 _PB = re.compile(r"Performance has regressed:\s*(.*?)(?:\n\S|\Z)", re.S)
 
 
@@ -218,14 +242,44 @@ def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
     m = _PB.search(text)
     pb = sorted(set(re.findall(r"(test_\w+)\[", m.group(1)))) if m else []
     by = {v["test"].split("::")[-1].split("[")[0]: v for v in verdicts if not v.get("method") == "exact"}
+    confirm: dict[str, dict[str, Any]] = {}  # test -> what its confirmation said
+    for line in text.splitlines():
+        c = _CONFIRM.search(line)
+        if c and c.group(1) not in confirm:
+            kind = next((k for pat, k in _CONFIRM_KINDS if pat in line), "other")
+            secs = re.search(r"pair\(s\) in (\d+) s", line)
+            confirm[c.group(1)] = {"kind": kind, "metric": c.group(2), "elapsed_s": int(secs.group(1)) if secs else None,
+                                   "line": line.strip()[:400]}
     return {"rc": proc.returncode, "wall_s": wall, "gate_failed": failed, "pb_regressed": pb, "run_json": str(run_json),
+            "confirm": confirm, "confirm_runs": [[int(a), int(b), c] for a, b, c in _CONFIRM_RUN.findall(text)],
             "kinds": {t: v["kind"] for t, v in by.items()},
             "changes": {t: (v["ratio"] - 1 if v.get("ratio") else None) for t, v in by.items()},
             "mde": {t: v.get("mde") for t, v in by.items()},
             "tail": "" if proc.returncode in (0, 1) else text[-1500:]}
 
 
-def cmd_trials(out: Path, plan: str, seed: int | None) -> None:
+class CoTenant:
+    """Another CPU-bound process on the machine for the length of one trial (a busy loop in its own process group,
+    killed with it afterwards): drift that falls on the trial's every process, as on a shared runner."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> CoTenant:
+        if self.on:
+            self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            import signal
+
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def cmd_trials(out: Path, plan: str, seed: int | None, cotenant: float = 0.0) -> None:
     items = _parse_plan(plan)
     log = out / "trials.jsonl"
     done: dict[str, int] = {}
@@ -233,19 +287,32 @@ def cmd_trials(out: Path, plan: str, seed: int | None) -> None:
         for line in log.read_text().splitlines():
             r = json.loads(line)
             done[r["key"]] = done.get(r["key"], 0) + 1
-    todo = [it for it in items for _ in range(max(0, it["n"] - done.get(_key(it), 0)))]
+    # a co-tenant on a fixed share of each condition's trials (stratified, so every condition gets its share)
+    busy_done: dict[str, int] = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            r = json.loads(line)
+            busy_done[r["key"]] = busy_done.get(r["key"], 0) + bool(r.get("cotenant"))
+    todo: list[tuple[dict[str, Any], bool]] = []
+    for it in items:
+        left = max(0, it["n"] - done.get(_key(it), 0))
+        busy = min(left, max(0, math.ceil(it["n"] * cotenant) - busy_done.get(_key(it), 0)))
+        todo += [(it, True)] * busy + [(it, False)] * (left - busy)
     random.Random(seed).shuffle(todo)
     print(f"{len(todo)} trial(s) to run", flush=True)
     t_start = time.monotonic()
-    for i, it in enumerate(todo, 1):
-        res = run_ab(out, it) if it["kind"] == "ab" else run_pytest(out, it)
-        rec = {"key": _key(it), **it, **res, "finished": time.time()}
+    for i, (it, busy) in enumerate(todo, 1):
+        load0 = os.getloadavg()[0]
+        with CoTenant(busy):
+            res = run_ab(out, it) if it["kind"] == "ab" else run_pytest(out, it)
+        rec = {"key": _key(it), **it, **res, "cotenant": busy, "load1_start": load0, "load1_end": os.getloadavg()[0],
+               "finished": time.time()}
         with log.open("a") as fh:
             fh.write(json.dumps(rec) + "\n")
         left = (time.monotonic() - t_start) / i * (len(todo) - i)
         summary = (f"tpot {res.get('tpot_kind')} after {res.get('pairs')} pairs" if it["kind"] == "ab" else
                    f"gate failed {res['gate_failed'] or '-'}; pytest-benchmark {res['pb_regressed'] or '-'}")
-        print(f"[{i}/{len(todo)}] {_key(it)} rc={res['rc']} {res['wall_s']:.0f}s {summary}; ~{left / 60:.0f} min left",
+        print(f"[{i}/{len(todo)}] {_key(it)}{' +cotenant' if busy else ''} rc={res['rc']} {res['wall_s']:.0f}s {summary}; ~{left / 60:.0f} min left",
               flush=True)
 
 
@@ -363,6 +430,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("trees")
     p.add_argument("out", type=Path)
+    p.add_argument("--record", type=int, default=0, help="record this many baseline runs in A (this machine's class)")
     p = sub.add_parser("true-size")
     p.add_argument("out", type=Path)
     p.add_argument("--gens", type=int, default=120)
@@ -371,6 +439,7 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--plan", required=True)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--cotenant", type=float, default=0.0, help="share of trials run beside a busy co-tenant process")
     p = sub.add_parser("report")
     p.add_argument("out", type=Path)
     p = sub.add_parser("reeval")
@@ -378,11 +447,11 @@ def main() -> None:
     p.add_argument("settings", nargs="*", help="gate settings, e.g. min_run_cv=0.05")
     a = ap.parse_args()
     if a.cmd == "trees":
-        cmd_trees(a.out)
+        cmd_trees(a.out, a.record)
     elif a.cmd == "true-size":
         cmd_true_size(a.out, a.gens, a.trees.split(","))
     elif a.cmd == "trials":
-        cmd_trials(a.out, a.plan, a.seed)
+        cmd_trials(a.out, a.plan, a.seed, a.cotenant)
     elif a.cmd == "reeval":
         cmd_reeval(a.out, a.settings)
     else:

@@ -1,9 +1,10 @@
 """From collected perf tests to recorded benchmarks: plan the session's measurement, have worker processes do it,
 hand each test its values.
 
-Path: the ``perf`` fixture asks :func:`measured` for its cell -> the first call measures every selected cell in
-``worker_processes`` fresh worker processes each (perfsuite.worker), in a random interleaved order, with the
-metrics of each process in random order -> :class:`PerfRun.run` puts the workers' rounds into the test's
+Path: the session-scoped ``perf_measurements`` fixture (perfsuite.plugin) calls :func:`measure_plan` once: every
+selected cell in ``worker_processes`` fresh worker processes each (perfsuite.worker), in a random interleaved order,
+each process running one timed generation loop for all of its cell's selected tests (perfsuite.measure) -> the
+``perf`` fixture hands each test a :class:`PerfRun`, whose :meth:`PerfRun.run` puts the workers' rounds into the test's
 pytest-benchmark fixture (its statistics and JSON stay per token), fills ``extra_info`` (pooled samples, one entry
 per process, how it was measured) and asks the gate for a verdict.
 """
@@ -102,9 +103,7 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
             res = results[cell.id]
             if res.skip or res.error:
                 continue
-            metrics = list(plan.metrics[cell.id])
-            rng.shuffle(metrics)
-            job = make_job(cell, metrics, generations=gens, warmup=warm, cache_dir=cache, index=i,
+            job = make_job(cell, list(plan.metrics[cell.id]), generations=gens, warmup=warm, cache_dir=cache, index=i,
                            cprofile=cprofile and i == 0)
             if res.measured_by["mode"] == "inprocess":
                 raw = child.run_job(job, workers.workdir)

@@ -1,25 +1,29 @@
-"""The timed loops. Each turns one phase of generation into pytest-benchmark rounds, so that the statistics
-pytest-benchmark prints and compares are per-token latencies:
+"""The one timed loop: whole generations (prefill, then one decode step per new token), each timed once, from
+which every test's pytest-benchmark rounds are cut, so that the statistics pytest-benchmark prints and compares are
+per-token latencies:
 
 * TTFT: a round is one prefill, until the first tokens are on the host.
-* TPOT: a round is one decode step (one token per sequence); rounds walk through whole generations, so the
-  contexts are spread over prompt+1 ... prompt+n-1. The prefill that starts each generation is in the untimed
-  setup.
-* E2E: a round is one full generation (prefill + n-1 decode steps); timestamps inside it give vLLM's
-  per-request TTFT, ITL and TPOT.
+* TPOT: a round is one decode step (one token per sequence), the decode call alone; rounds walk through whole
+  generations, so the contexts are spread over prompt+1 ... prompt+n-1.
+* E2E: a round is one full generation (prefill + n-1 decode steps); its timestamps give vLLM's per-request TTFT,
+  ITL (token to token, the loop's own bookkeeping included, as a client sees it) and TPOT.
 
-Backends return tokens as host lists, so every timed call ends with the device synchronised.
+A worker measuring all three runs this loop once (not once per test); a TTFT-only job runs prefills alone.
+Releasing a finished generation's state is outside every round (vLLM's e2el ends at the last token). Backends return
+tokens as host lists, so every timed call ends with the device synchronised.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from perfsuite import metrics
 from perfsuite.backends.base import Backend, StepResult
 from perfsuite.cells import Cell
+
+TIMED = ("ttft", "tpot", "e2el")
 
 
 class TokenCountError(AssertionError):
@@ -39,6 +43,7 @@ class Measurement:
     samples: dict[str, list[float]] = field(default_factory=dict)
     generated_tokens: int = 0
     tokens: list[list[int]] = field(default_factory=list)  # last generation, per sequence
+    rounds_s: list[float] = field(default_factory=list)  # pytest-benchmark's rounds of this test (seconds)
 
     def aggregates(self, cell: Cell) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -55,137 +60,70 @@ class Measurement:
         return out
 
 
-def _round_ms(benchmark: Any) -> list[float]:
-    return [s * 1e3 for s in benchmark.stats.stats.data]
+@dataclass(frozen=True)
+class Generation:
+    """One timed generation: the prefill, each decode call, each token-to-token interval, the whole (seconds)."""
+
+    ttft_s: float
+    step_s: tuple[float, ...]
+    itl_s: tuple[float, ...]
+    e2el_s: float
+    tokens: tuple[tuple[int, ...], ...]  # per sequence
 
 
-def measure_ttft(benchmark: Any, backend: Backend, prompts: list[list[int]], generations: int,
-                 warmup: int) -> Measurement:
+def generate(backend: Backend, prompts: list[list[int]], new_tokens: int) -> Generation:
+    """One generation of ``new_tokens`` tokens per sequence (``new_tokens`` 1: the prefill alone)."""
     batch = len(prompts)
-    last: list[StepResult] = []
-
-    def setup() -> tuple[tuple[()], dict[str, Any]]:
-        while last:
-            backend.release(last.pop().state)
-        return (), {}
-
-    def target() -> None:
-        step = backend.prefill(prompts)
-        last.append(step)
-
-    benchmark.pedantic(target, setup=setup, rounds=generations, warmup_rounds=warmup, iterations=1)
-    _check(last[0], batch, "prefill")
-    m = Measurement("ttft", {"ttft_ms": _round_ms(benchmark)}, generated_tokens=batch * generations,
-                    tokens=[[t] for t in last[0].tokens])
-    setup()
-    return m
-
-
-class _DecodeWalk:
-    """Stateful setup/target pair: each round decodes one step; a new generation starts when one ends."""
-
-    def __init__(self, backend: Backend, prompts: list[list[int]], new_tokens: int) -> None:
-        self.backend, self.prompts, self.n = backend, prompts, new_tokens
-        self.state: Any = None
-        self.produced = 0  # tokens per sequence in the current generation
-        self.seqs: list[list[int]] = []
-        self.finished: list[list[list[int]]] = []
-
-    def setup(self) -> tuple[tuple[Any], dict[str, Any]]:
-        if self.state is None or self.produced == self.n:
-            self._end()
-            first = self.backend.prefill(self.prompts)
-            _check(first, len(self.prompts), "prefill")
-            self.state, self.produced, self.seqs = first.state, 1, [[t] for t in first.tokens]
-        return (self.state,), {}
-
-    def target(self, state: Any) -> None:
-        step = self.backend.decode(state)
-        self.state = step.state
-        for seq, tok in zip(self.seqs, step.tokens, strict=False):
-            seq.append(tok)
-        self.produced += 1
-        if len(step.tokens) != len(self.prompts):
-            raise TokenCountError(f"decode returned {len(step.tokens)} tokens for a batch of {len(self.prompts)}")
-
-    def _end(self) -> None:
-        if self.state is not None:
-            if self.produced == self.n:
-                self.finished.append(self.seqs)
-            self.backend.release(self.state)
-            self.state = None
-
-
-def measure_tpot(benchmark: Any, backend: Backend, prompts: list[list[int]], new_tokens: int, generations: int,
-                 warmup: int) -> Measurement:
-    walk = _DecodeWalk(backend, prompts, new_tokens)
-    steps = new_tokens - 1
-    # Warm-up rounds are whole generations too, so timed rounds start at a generation boundary.
-    benchmark.pedantic(walk.target, setup=walk.setup, rounds=generations * steps, warmup_rounds=warmup * steps,
-                       iterations=1)
-    walk._end()
-    timed = walk.finished[warmup:]
-    if len(timed) != generations or any(len(s) != new_tokens for g in timed for s in g):
-        raise TokenCountError(f"expected {generations} generations of {new_tokens} tokens per sequence")
-    itl = _round_ms(benchmark)
-    per_gen = [sum(itl[i:i + steps]) / steps for i in range(0, len(itl), steps)]
-    return Measurement("tpot", {"itl_ms": itl, "tpot_ms": per_gen},
-                       generated_tokens=len(prompts) * generations * steps, tokens=timed[-1])
-
-
-def measure_e2e(benchmark: Any, backend: Backend, prompts: list[list[int]], new_tokens: int, generations: int,
-                warmup: int) -> Measurement:
-    batch = len(prompts)
-    ttft: list[float] = []
+    clock = time.perf_counter
+    t0 = clock()
+    step = backend.prefill(prompts)
+    t1 = clock()
+    _check(step, batch, "prefill")
+    seqs = [[tok] for tok in step.tokens]
+    steps: list[float] = []
     itl: list[float] = []
-    gens: list[list[list[int]]] = []
-    pending: list[Any] = []
+    last = t1
+    for _ in range(new_tokens - 1):
+        a = clock()
+        step = backend.decode(step.state)
+        b = clock()
+        steps.append(b - a)
+        itl.append(b - last)
+        last = b
+        _check(step, batch, "decode")
+        for seq, tok in zip(seqs, step.tokens, strict=False):
+            seq.append(tok)
+    backend.release(step.state)
+    return Generation(t1 - t0, tuple(steps), tuple(itl), last - t0, tuple(tuple(s) for s in seqs))
 
-    def setup() -> tuple[tuple[()], dict[str, Any]]:
-        # Dropping the finished generation's state is not part of its latency (vLLM's e2el ends at the last token).
-        while pending:
-            backend.release(pending.pop())
-        return (), {}
 
-    def target() -> None:
-        t0 = time.perf_counter()
-        step = backend.prefill(prompts)
-        t = time.perf_counter()
-        ttft.append((t - t0) * 1e3)
-        seqs = [[tok] for tok in step.tokens]
-        _check(step, batch, "prefill")
-        for _ in range(new_tokens - 1):
-            step = backend.decode(step.state)
-            now = time.perf_counter()
-            itl.append((now - t) * 1e3)
-            t = now
-            for seq, tok in zip(seqs, step.tokens, strict=False):
-                seq.append(tok)
-        pending.append(step.state)
-        gens.append(seqs)
+def measure_generations(backend: Backend, prompts: list[list[int]], new_tokens: int, generations: int, warmup: int,
+            wanted: Sequence[str] = TIMED) -> dict[str, Measurement]:
+    """``warmup`` untimed then ``generations`` timed generations -> one Measurement per wanted test."""
+    unknown = sorted(set(wanted) - set(TIMED))
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}: expected some of {list(TIMED)}")
+    length = new_tokens if set(wanted) - {"ttft"} else 1
+    gens = [generate(backend, prompts, length) for _ in range(warmup + generations)][warmup:]
+    return {m: cut(m, gens, len(prompts), new_tokens) for m in wanted}
 
-    benchmark.pedantic(target, setup=setup, rounds=generations, warmup_rounds=warmup, iterations=1)
-    setup()
+
+def cut(metric: str, gens: Sequence[Generation], batch: int, new_tokens: int) -> Measurement:
+    """One test's rounds and samples from the timed generations."""
+    ms = lambda xs: [x * 1e3 for x in xs]  # noqa: E731
+    if metric == "ttft":
+        return Measurement("ttft", {"ttft_ms": ms(g.ttft_s for g in gens)}, generated_tokens=batch * len(gens),
+                           tokens=[[s[0]] for s in gens[-1].tokens], rounds_s=[g.ttft_s for g in gens])
     steps = new_tokens - 1
-    ttft, itl, gens = ttft[warmup:], itl[warmup * steps:], gens[warmup:]
-    if len(gens) != generations or any(len(s) != new_tokens for g in gens for s in g):
-        raise TokenCountError(f"expected {generations} generations of {new_tokens} tokens per sequence")
-    e2el = _round_ms(benchmark)
-    tpot = [metrics.tpot_ms(e, f, new_tokens) for e, f in zip(e2el, ttft, strict=True)]
-    return Measurement("e2el", {"ttft_ms": ttft, "tpot_ms": tpot, "itl_ms": itl, "e2el_ms": e2el},
-                       generated_tokens=batch * generations * new_tokens, tokens=gens[-1])
-
-
-def standalone_benchmark(name: str) -> Any:
-    """pytest-benchmark's own BenchmarkFixture outside a pytest session (harness-overhead runs, unit tests)."""
-    from types import SimpleNamespace
-
-    from pytest_benchmark.fixture import BenchmarkFixture
-    from pytest_benchmark.utils import load_timer
-
-    node = SimpleNamespace(name=name, nodeid=name)
-    return BenchmarkFixture(node, disable_gc=False, timer=load_timer("time.perf_counter"), min_rounds=1,
-                            min_time=0.0, max_time=1.0, precision=None, confidence=None, warmup=False,
-                            warmup_iterations=0, calibration_precision=10, add_stats=lambda stats: None,
-                            logger=None, warner=lambda *a, **k: None, disabled=False, cprofile=False,
-                            cprofile_loops=None, cprofile_dump=False)
+    if any(len(g.step_s) != steps for g in gens):
+        raise TokenCountError(f"expected {len(gens)} generations of {new_tokens} tokens per sequence")
+    last = [list(s) for s in gens[-1].tokens]
+    if metric == "tpot":
+        rounds = [x for g in gens for x in g.step_s]
+        return Measurement("tpot", {"itl_ms": ms(rounds), "tpot_ms": [sum(g.step_s) / steps * 1e3 for g in gens]},
+                           generated_tokens=batch * len(gens) * steps, tokens=last, rounds_s=rounds)
+    e2el, ttft = ms(g.e2el_s for g in gens), ms(g.ttft_s for g in gens)
+    return Measurement("e2el", {"ttft_ms": ttft, "tpot_ms": [metrics.tpot_ms(e, f, new_tokens)
+                                                            for e, f in zip(e2el, ttft, strict=True)],
+                                "itl_ms": ms(x for g in gens for x in g.itl_s), "e2el_ms": e2el},
+                       generated_tokens=batch * len(gens) * new_tokens, tokens=last, rounds_s=[g.e2el_s for g in gens])

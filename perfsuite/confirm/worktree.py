@@ -1,5 +1,6 @@
 """A's tree: the baselines' commit checked out into a temporary ``git worktree``, removed afterwards on success,
-failure and Ctrl-C (a SIGINT during the removal is held back until it is done)."""
+failure, Ctrl-C and SIGTERM (a CI job being cancelled): while the tree exists SIGTERM is turned into the Ctrl-C path,
+and a SIGINT during the removal is held back until it is done."""
 
 from __future__ import annotations
 
@@ -73,9 +74,32 @@ def remove(top: Path, tree: Path) -> None:
             _git(top, "worktree", "prune")
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum} (SIGTERM)")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt for the length of the block (Python's default would end the process without
+    running a single ``finally``, leaving the worktree and the workers behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 @contextlib.contextmanager
 def temporary_worktree(top: Path, sha: str) -> Iterator[Path]:
     """``top``'s commit ``sha`` in a fresh detached worktree under the temp dir; gone when the block ends."""
+    with _sigterm_as_interrupt():
+        yield from _worktree(top, sha)
+
+
+def _worktree(top: Path, sha: str) -> Iterator[Path]:
     tree = Path(tempfile.mkdtemp(prefix="perfsuite-confirm-")) / "a"
     try:
         proc = _git(top, "worktree", "add", "--detach", "--quiet", str(tree), sha, timeout_s=600)

@@ -1,5 +1,5 @@
-"""Runs inside a worker process: build the cell's backend, load it, run perfsuite.measure's timed loops for each
-requested metric (in the order given), read memory and facts, close. Timing happens here, nowhere else."""
+"""Runs inside a worker process: build the cell's backend, load it, run perfsuite.measure's one timed generation
+loop for the requested metrics, read memory and facts, close. Timing happens here, nowhere else."""
 
 from __future__ import annotations
 
@@ -60,36 +60,34 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     try:
+        wanted = []
         for metric in job["metrics"]:
             why = getattr(backend, "metric_unavailable", lambda _m: None)(metric)
             if why:  # e.g. vllm-llm times whole generate() calls: it has no honest TTFT/TPOT
                 skipped[metric] = why
-                continue
-            backend.reset_peak_memory()
-            bench = measure.standalone_benchmark(f"{metric}-{job.get('index', 0)}")
-            # device-level memory (sees every process on the device, vLLM's workers too); nothing on the CPU
-            sampler = devicemem.DeviceMemorySampler(cell.device, devicemem.default_indices(cell.tensor_parallel_size)) \
-                if cell.device != "cpu" else None
-            with sampler if sampler is not None else _nothing():
-                if metric == "ttft":
-                    m = measure.measure_ttft(bench, backend, prompts, gens, warm)
-                elif metric == "tpot":
-                    m = measure.measure_tpot(bench, backend, prompts, sc.new_tokens, gens, warm)
-                else:
-                    m = measure.measure_e2e(bench, backend, prompts, sc.new_tokens, gens, warm)
-            memory = backend.memory_stats().as_dict()
-            if sampler is not None:
-                memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
+            else:
+                wanted.append(metric)
+        # one timed generation loop yields every wanted test's rounds (device memory: every process on the device,
+        # vLLM's workers too; nothing on the CPU)
+        backend.reset_peak_memory()
+        sampler = devicemem.DeviceMemorySampler(cell.device, devicemem.default_indices(cell.tensor_parallel_size)) \
+            if cell.device != "cpu" and wanted else None
+        with sampler if sampler is not None else _nothing():
+            measured = measure.measure_generations(backend, prompts, sc.new_tokens, gens, warm, wanted) if wanted \
+                else {}
+        memory = backend.memory_stats().as_dict()
+        if sampler is not None:
+            memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
+        timed = getattr(backend, "timed_metrics", None)
+        for metric, m in measured.items():
             prof = _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job) if job.get("cprofile") \
                 else None
             samples = m.samples
-            timed = getattr(backend, "timed_metrics", None)
             if timed is not None and metric == "e2el" and "ttft" not in timed:
                 # whole-call timing (vllm-llm): the per-token parts inside it are not real TTFT/ITL values
                 samples = {k: v for k, v in samples.items() if k == "e2el_ms"}
-            out[metric] = {"rounds_s": list(bench.stats.stats.data), "samples": samples,
-                           "generated_tokens": m.generated_tokens, "first_tokens": [s[:8] for s in m.tokens],
-                           "memory": memory, "cprofile_path": prof}
+            out[metric] = {"rounds_s": m.rounds_s, "samples": samples, "generated_tokens": m.generated_tokens,
+                           "first_tokens": [s[:8] for s in m.tokens], "memory": memory, "cprofile_path": prof}
         info = backend.info()
     finally:
         backend.close()

@@ -1,4 +1,4 @@
-"""A's tree: a temporary git worktree of the baselines' commit, gone after success, failure and SIGINT; and the
+"""A's tree: a temporary git worktree of the baselines' commit, gone after success, failure, SIGINT and SIGTERM; and the
 reasons a confirmation cannot run, each one line with its fix (real git repositories in tmp_path)."""
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def test_worktree_is_gone_after_a_failure(repo: tuple[Path, str, str]) -> None:
     assert not tree.parent.exists() and worktrees(r) == 1
 
 
-def test_worktree_is_gone_after_sigint(repo: tuple[Path, str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_worktree_is_gone_after_sigint(repo: tuple[Path, str, str], tmp_path: Path, sig: int) -> None:
     r, first, _ = repo
     script = ("import sys, time\nfrom pathlib import Path\nfrom perfsuite.confirm.worktree import temporary_worktree\n"
               f"with temporary_worktree(Path({str(r)!r}), {first!r}) as t:\n"
@@ -74,7 +75,7 @@ def test_worktree_is_gone_after_sigint(repo: tuple[Path, str, str], tmp_path: Pa
     assert proc.stdout is not None
     tree = Path(proc.stdout.readline().strip())
     assert tree.is_dir() and worktrees(r) == 2
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
     assert not tree.parent.exists() and worktrees(r) == 1

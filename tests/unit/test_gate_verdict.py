@@ -159,3 +159,46 @@ def test_pr_run_against_smoke_baselines_is_incomparable_not_a_failure() -> None:
     vs = s.check(NAME, info)
     assert vs and all(v.kind == "incomparable" and not v.failed for v in vs)
     assert "profile pr vs smoke" in (s.inconclusive_message(NAME, vs) or "")
+
+
+def _info_n(tpot: list[float]) -> dict:
+    info = _info(tpot, workers=len(tpot))
+    info["measured_by"]["worker_processes"] = len(tpot)
+    return info
+
+
+def _run_n(tpot: list[float]) -> dict:
+    run = _run(tpot)
+    run["benchmarks"][0]["extra_info"] = _info_n(tpot)
+    return run
+
+
+def test_one_stalled_process_does_not_hide_a_regression() -> None:
+    """Seen on this 2-core VM (gate evaluation, 2026-12-01): of 10 processes of a +20 % run, one ran 4.7 ms
+    instead of 1.0 (a co-runner preempting a thread). The run value drops it (trimmed mean); its variance must
+    not count it either (winsorized, as Yuen's t), or the screen is inconclusive with an MDE of ~+95 %."""
+    from perfsuite.gate import values
+
+    rng = np.random.default_rng(3)
+    base = [_run_n(list(np.exp(rng.normal(0, 0.02, 10)))) for _ in range(10)]
+    cur = list(1.2 * np.exp(rng.normal(0, 0.02, 10)))
+    cur[4] = 4.7
+    plain = float(np.var(np.log(cur), ddof=1) / len(cur))
+    robust = values.within_run_var({"extra_info": _info_n(cur)}, "median_tpot_ms")
+    assert robust is not None and robust < plain / 20
+    s = GateSession(base, {"alpha": 0.01, "baseline_runs": 10})
+    s.family = {NAME: 1}
+    v = next(v for v in s.check(NAME, _info_n(cur)) if v.metric == "median_tpot_ms")
+    assert v.kind == "regression", v
+    # without the stalled process, the same run is the same verdict: the outlier changes nothing
+    clean = next(v for v in s.check(NAME, _info_n([c for i, c in enumerate(cur) if i != 4] + [1.2]))
+                 if v.metric == "median_tpot_ms")
+    assert clean.kind == "regression"
+
+
+def test_winsorized_variance_equals_the_plain_one_when_nothing_is_cut() -> None:
+    from perfsuite.gate import values
+
+    x = [1.0, 1.1, 1.05, 0.97]  # four processes: nothing trimmed
+    assert values.within_run_var({"extra_info": _info_n(x)}, "median_tpot_ms") == pytest.approx(
+        float(np.var(np.log(x), ddof=1) / 4))
