@@ -71,6 +71,10 @@ def measured_by(session: PerfSession, cell: Cell, workers: int, mode: str) -> di
     p = session.settings.profile
     return {"profile": p.name, "generations": p.generations, "warmup_generations": p.warmup_generations,
             "worker_processes": workers, "mode": mode, "options_hash": options_hash(cell),
+            # one timed generation loop per process (perfsuite.measure) since 2026-12-01; runs without the key were
+            # measured with one loop per test, whose TTFT read ~2 % lower here (perfsuite ab, 71 pairs: one loop
+            # +1.9 % [-0.0, +3.6]; TPOT +0.3 % [-3.8, +5.6], E2EL -0.1 % [-4.7, +5.3])
+            "loop": "generation",
             "model": model_identity.of(cell.model, session.settings.config.cache_dir)}
 
 
