@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -254,14 +254,6 @@ class DeviceMemorySampler:
         self.reader.close()
         self.result = DeviceMemory(self.reader.source, self._baseline, self._peak, self._n, self.interval_s,
                                    self._error)
-
-
-def sample(fn: Callable[[], Any], device: str, indices: Sequence[int] = (0,),
-           interval_s: float = 0.01) -> tuple[Any, DeviceMemory]:
-    """Run ``fn`` under a sampler: (its result, the device memory reading)."""
-    with DeviceMemorySampler(device, indices, interval_s) as s:
-        out = fn()
-    return out, s.result
 
 
 def default_indices(tensor_parallel_size: int = 1) -> list[int]:
