@@ -9,7 +9,8 @@ Device level means it also counts other processes on the same GPU: the reading a
 and ``peak_device_delta_bytes`` is what the cell added. On the CPU there is no device memory: the sampler records
 nothing (absent, never a made-up zero); the CPU cells keep ``peak_rss_bytes``.
 
-Metric names (``extra_info``; gated like the other memory metrics once listed in perfsuite.gate.policy):
+Metric names (``extra_info``; gateable like the other memory metrics: exact metrics of perfsuite.gate.policy,
+compared when a policy names them, with a tolerance):
 ``peak_device_used_bytes``, ``device_used_baseline_bytes``, ``peak_device_delta_bytes``, plus
 ``device_memory_source`` and ``device_memory_samples`` (facts, not gated).
 """

@@ -3,7 +3,7 @@
 Two kinds of file are accepted:
 
 * ``run``: perfsuite's pytest-benchmark JSON (a baseline, a nightly run, a ``--benchmark-json`` output;
-  docs/CONTRACTS.md). Per benchmark, every numeric vLLM-named aggregate of ``extra_info`` becomes a point
+  its ``extra_info``: README.md, "What you get"). Per benchmark, every numeric vLLM-named aggregate of ``extra_info`` becomes a point
   (process -1), and when the run was measured in worker processes (``extra_info.processes``: one dict per
   process with its own aggregates and/or ``samples``) each process's values become points too (process 0, 1, …).
 * ``ab``: the JSON ``perfsuite ab --json`` writes: a dict with ``"kind": "ab"`` (or a ``verdicts`` list), or a
