@@ -39,7 +39,8 @@ class Cell:
     seed: int = 0
     # Backend-specific options from [tool.perfsuite.backend_options.<backend>] (sorted items: hashable).
     options: tuple[tuple[str, Any], ...] = ()
-    # Filled in by the fixture once the model is materialised; not part of the id.
+    # Set where the model is materialised (the worker process, perfsuite.worker.child; perfsuite overhead); not
+    # part of the id or of equality.
     model_dir: Path | None = field(default=None, compare=False)
 
     @property

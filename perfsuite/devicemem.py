@@ -9,7 +9,8 @@ Device level means it also counts other processes on the same GPU: the reading a
 and ``peak_device_delta_bytes`` is what the cell added. On the CPU there is no device memory: the sampler records
 nothing (absent, never a made-up zero); the CPU cells keep ``peak_rss_bytes``.
 
-Metric names (``extra_info``; gated like the other memory metrics once listed in perfsuite.gate.policy):
+Metric names (``extra_info``; gateable like the other memory metrics: exact metrics of perfsuite.gate.policy,
+compared when a policy names them, with a tolerance):
 ``peak_device_used_bytes``, ``device_used_baseline_bytes``, ``peak_device_delta_bytes``, plus
 ``device_memory_source`` and ``device_memory_samples`` (facts, not gated).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -254,14 +255,6 @@ class DeviceMemorySampler:
         self.reader.close()
         self.result = DeviceMemory(self.reader.source, self._baseline, self._peak, self._n, self.interval_s,
                                    self._error)
-
-
-def sample(fn: Callable[[], Any], device: str, indices: Sequence[int] = (0,),
-           interval_s: float = 0.01) -> tuple[Any, DeviceMemory]:
-    """Run ``fn`` under a sampler: (its result, the device memory reading)."""
-    with DeviceMemorySampler(device, indices, interval_s) as s:
-        out = fn()
-    return out, s.result
 
 
 def default_indices(tensor_parallel_size: int = 1) -> list[int]:

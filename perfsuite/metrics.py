@@ -5,15 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default, which vLLM's benchmarks use)."""
-    xs = sorted(values)
-    if not xs:
+    """``np.percentile`` with its default method (linear interpolation between closest ranks), which vLLM's
+    ``bench serve`` reports; NaN for no values."""
+    if len(values) == 0:
         return math.nan
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    return float(np.percentile(values, q))
 
 
 def summarize(name: str, values_ms: Sequence[float]) -> dict[str, float]:

@@ -23,7 +23,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -344,13 +343,3 @@ def check_load(policy: LoadPolicy | None = None, root: int | None = None) -> Loa
     if s.steal_cores > policy.max_steal_cores:
         problems.append(f"{s.steal_cores:.2f} cores stolen by the hypervisor (allowed {policy.max_steal_cores:.2f})")
     return LoadVerdict(not problems, s, tuple(problems))
-
-
-@contextlib.contextmanager
-def recording_preflight(baseline_dir: Path, policy: LoadPolicy | None = None,
-                        lock_dir: Path | None = None) -> Iterator[LoadVerdict]:
-    """All three checks in the order a recording run needs them: writable, lock (held for the ``with`` block),
-    load. Raises :class:`PreflightError`; yields the load verdict (the caller refuses or marks on ``ok``)."""
-    check_writable(baseline_dir)
-    with SuiteLock(exclusive=True, directory=lock_dir):
-        yield check_load(policy)

@@ -60,8 +60,3 @@ class SlowedDecode:
 
     def info(self) -> dict[str, Any]:
         return {**self._inner.info(), "injected_decode_slowdown": self.fraction}
-
-
-def maybe_wrap(backend: Any, environ: Any = None) -> Any:
-    f = fraction_from_env(environ)
-    return SlowedDecode(backend, f) if f > 0 else backend

@@ -43,14 +43,13 @@ from typing import Any
 from perfsuite.backends.base import StepResult
 from perfsuite.backends.vllm_common import (
     INSTALL_HINT,
-    EngineBackend,
     VllmEngineError,
     VllmWorkerDied,
     model_path_for,
     platform_reason,
-    shutdown_engine,
     validate_with_vllm,
 )
+from perfsuite.backends.vllm_engine import EngineBackend, shutdown_engine
 from perfsuite.backends.vllm_engine_args import build_engine_args, engine_core_mode, engine_env
 from perfsuite.cells import Cell
 

@@ -1,34 +1,24 @@
-"""What the two vLLM backends share: the processes an engine starts (recording, death, shutdown), the model
-directory vLLM loads (an AWQ checkpoint built for an AWQ cell of a float model), and vLLM's own verdict on a cell.
-
-Processes: everything an engine starts is a child of this process. :class:`EngineProcesses` records them around
-the start, turns vLLM's follow-up errors after a worker died (``RuntimeError: cancelled``, ``collective_rpc should
-not be called on follower node``, ``EngineDeadError``) into :class:`VllmWorkerDied` naming the process and its exit
-signal or code, and :func:`shutdown_engine` waits for all of them (killing what vLLM's shutdown left) so none
-outlives a cell.
+"""What the two vLLM backends share besides the engine's processes (:mod:`perfsuite.backends.vllm_engine`): the
+errors, the cell's environment around vLLM calls, the model directory vLLM loads (an AWQ checkpoint built for an
+AWQ cell of a float model), and vLLM's own verdict on a cell.
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from perfsuite import memory
-from perfsuite.backends.base import MemoryStats
 from perfsuite.backends.vllm_engine_args import VllmPlacementError, check_options, engine_env
 from perfsuite.cells import Cell
 
 INSTALL_HINT = "install the cpu extra (pip install -e .[cpu]) or use the ROCm vLLM container"
-DEATH_GRACE_S = 2.0  # after an engine error, how long a dying worker may take to be seen dead
-SHUTDOWN_WAIT_S = 15.0
 
 
 class VllmEngineError(RuntimeError):
@@ -92,183 +82,6 @@ def describe_exit(name: str, pid: int | None, exitcode: int | None) -> str:
             sig = str(-exitcode)
         return f"{who} was killed by signal {sig}"
     return f"{who} exited with code {exitcode}"
-
-
-# ---------------------------------------------------------------------------------------------- engine processes
-
-class EngineProcesses:
-    """The processes one engine started (children of this process that appeared while it started).
-
-    Exit statuses come from vLLM's own ``multiprocessing`` handles where this process holds them (the model
-    workers of an in-process engine core, or the engine-core process), so nothing here reaps a child behind
-    ``multiprocessing``'s back.
-    """
-
-    def __init__(self) -> None:
-        self.before: set[int] = set()
-        self.pids: list[int] = []
-        self.handles: list[Any] = []  # multiprocessing BaseProcess objects (have .name, .pid, .exitcode)
-
-    def mark(self) -> None:
-        import psutil
-
-        self.before = {p.pid for p in psutil.Process().children(recursive=True)}
-
-    def collect(self, engine: Any | None) -> None:
-        """Record the new children (and vLLM's handles on them, if ``engine`` is an ``LLMEngine``)."""
-        import psutil
-
-        for p in psutil.Process().children(recursive=True):
-            if p.pid not in self.before and p.pid not in self.pids and not _is_resource_tracker(p):
-                self.pids.append(p.pid)
-        if engine is not None:
-            self.handles = _process_handles(engine)
-
-    def dead(self) -> list[str]:
-        """Descriptions of the engine's processes that are no longer running."""
-        import psutil
-
-        out = []
-        seen = set()
-        for h in self.handles:
-            seen.add(h.pid)
-            code = h.exitcode
-            if code is not None:
-                out.append(describe_exit(h.name, h.pid, code))
-        for pid in self.pids:
-            if pid in seen:
-                continue
-            try:
-                p = psutil.Process(pid)
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    continue
-            except psutil.NoSuchProcess:
-                pass
-            out.append(describe_exit("vLLM process", pid, None))
-        return out
-
-    def wait_dead(self, grace_s: float) -> list[str]:
-        deadline = time.monotonic() + grace_s
-        while True:
-            dead = self.dead()
-            if dead or time.monotonic() >= deadline:
-                return dead
-            time.sleep(0.05)
-
-    def alive(self) -> list[int]:
-        import psutil
-
-        out = []
-        for pid in self.pids:
-            try:
-                p = psutil.Process(pid)
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        return out
-
-    @contextmanager
-    def watch(self) -> Iterator[None]:
-        """Turn any engine error that follows the death of one of these processes into :class:`VllmWorkerDied`."""
-        try:
-            yield
-        except VllmEngineError:
-            raise
-        except Exception as exc:
-            dead = self.wait_dead(DEATH_GRACE_S)
-            if dead:
-                raise VllmWorkerDied(
-                    f"vLLM worker died: {'; '.join(dead)}; the engine cannot continue this cell (vLLM then "
-                    f"raised {type(exc).__name__}: {exc_message(exc)})") from exc
-            raise
-
-    def reset_peak_rss(self) -> None:
-        memory.reset_peak_rss()
-        for pid in self.pids:
-            try:
-                with open(f"/proc/{pid}/clear_refs", "w") as fh:
-                    fh.write("5")
-            except OSError:
-                pass
-
-    def peak_rss_bytes(self) -> int | None:
-        """Peak RSS of this process plus the engine's live processes (the model lives in the workers)."""
-        total = memory.peak_rss_bytes() or 0
-        for pid in self.alive():
-            total += memory.peak_rss_bytes(pid) or 0
-        return total or None
-
-    def reap(self, timeout_s: float = SHUTDOWN_WAIT_S) -> list[int]:
-        """Wait for every recorded process to end; kill (and report) those still running after ``timeout_s``."""
-        import psutil
-
-        self.collect(None)  # children started after load() recorded them (a TP rank spawned late)
-        procs = []
-        for pid in self.pids:
-            try:
-                procs.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-        killed = []
-        for p in alive:  # vLLM's shutdown left them: end them (they are ours, started by the engine)
-            killed.append(p.pid)
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=5)
-        for h in self.handles:  # let multiprocessing collect its own children (no zombies left)
-            try:
-                h.join(timeout=0)
-            except Exception:
-                pass
-        return killed
-
-
-def _process_handles(engine: Any) -> list[Any]:
-    """vLLM's ``multiprocessing`` handles on its processes: model workers of an in-process engine core
-    (``InprocClient.engine_core.model_executor.workers[i].proc``) or the engine-core process(es) of a
-    multiprocess client (``client.resources.engine_manager.processes``)."""
-    client = getattr(engine, "engine_core", None)
-    handles: list[Any] = []
-    executor = getattr(getattr(client, "engine_core", None), "model_executor", None)
-    for w in getattr(executor, "workers", None) or []:
-        proc = getattr(w, "proc", None)
-        if proc is not None:
-            handles.append(proc)
-    manager = getattr(getattr(client, "resources", None), "engine_manager", None)
-    handles.extend(getattr(manager, "processes", None) or [])
-    return handles
-
-
-def _is_resource_tracker(p: Any) -> bool:
-    """multiprocessing's resource tracker lives for the whole Python process, not for one engine."""
-    try:
-        return any("resource_tracker" in part for part in p.cmdline())
-    except Exception:
-        return False
-
-
-def shutdown_engine(engine: Any, procs: EngineProcesses) -> list[int]:
-    """Shut an ``LLMEngine`` down and wait for its processes; returns the pids that had to be killed."""
-    try:
-        if engine is not None:
-            engine.engine_core.shutdown()
-            # vLLM's multiprocess client closes its sockets but never terminates their zmq context (a
-            # ResourceWarning at garbage collection); the sockets are closed, so ending it is safe.
-            ctx = getattr(engine.engine_core, "ctx", None)
-            if ctx is not None and hasattr(ctx, "destroy"):
-                ctx.destroy(linger=0)
-    except Exception:
-        pass  # a dead worker makes vLLM's shutdown raise; the processes are ended below either way
-    finally:
-        del engine
-        gc.collect()
-        fresh_vllm_envs()
-        gc.unfreeze()  # the engine core gc.freeze()s its start-up heap in the process it runs in
-    return procs.reap()
 
 
 # ---------------------------------------------------------------------------------------------- model path / AWQ
@@ -387,54 +200,3 @@ def platform_reason(cell: Cell) -> str | None:
     from perfsuite import kernel_probes
 
     return kernel_probes.unmet(cell)  # a kernel this build lacks on this CPU (vllm is imported here anyway)
-
-
-class EngineBackend:
-    """What both vLLM backends do around their engine: start it under the cell's environment recording the processes
-    it starts, end them if ``load()`` fails after the start, and report memory over all of them."""
-
-    def __init__(self, cell: Cell) -> None:
-        self.cell = cell
-        self.name = cell.backend
-        self._procs = EngineProcesses()
-        self._info: dict[str, Any] = {}
-
-    def load(self) -> None:
-        """Start the engine. If anything fails after processes were started, they are ended before re-raising."""
-        self._procs.mark()
-        try:
-            self._load()
-        except BaseException:
-            self.close()
-            raise
-
-    def _load(self) -> None:  # pragma: no cover - each backend has its own
-        raise NotImplementedError
-
-    def close(self) -> None:  # pragma: no cover - each backend has its own
-        raise NotImplementedError
-
-    def _start(self, env: dict[str, str], make: Callable[[], Any], engine_of: Callable[[Any], Any]) -> tuple[Any, float]:
-        """``make()`` under ``env``; returns (its result, seconds). The engine's processes are recorded even when
-        ``make()`` fails half-way, so ``close()`` can end them."""
-        t0 = time.perf_counter()
-        made: Any = None
-        try:
-            with scoped_env(env):
-                fresh_vllm_envs()
-                made = make()
-        finally:
-            self._procs.collect(engine_of(made) if made is not None else None)
-        fresh_vllm_envs()
-        return made, time.perf_counter() - t0
-
-    def engine_processes_alive(self) -> list[int]:
-        """Pids of the processes this backend's engine started that still run."""
-        return self._procs.alive()
-
-    def reset_peak_memory(self) -> None:
-        self._procs.reset_peak_rss()
-
-    def memory_stats(self) -> MemoryStats:
-        """Peak RSS of this process plus the engine's processes (the model lives in the workers)."""
-        return MemoryStats(peak_rss_bytes=self._procs.peak_rss_bytes())

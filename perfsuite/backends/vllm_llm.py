@@ -23,13 +23,12 @@ from typing import Any
 
 from perfsuite.backends.base import StepResult
 from perfsuite.backends.vllm_common import (
-    EngineBackend,
     VllmEngineError,
     model_path_for,
     platform_reason,
-    shutdown_engine,
     validate_with_vllm,
 )
+from perfsuite.backends.vllm_engine import EngineBackend, shutdown_engine
 from perfsuite.backends.vllm_engine_args import engine_env, llm_engine_args
 from perfsuite.cells import Cell
 

@@ -7,7 +7,9 @@ from perfsuite import config as cfg
 
 
 def project_root() -> Path:
-    """The checkout holding ``[tool.perfsuite]`` and tests/perf, searched upwards from the working directory."""
+    """The checkout holding ``[tool.perfsuite]`` and tests/perf, searched upwards from the working directory.
+    Outside one: ``SystemExit`` with a ``perfsuite: run this inside a perfsuite checkout ...`` line, exit status 1
+    (not a UsageError's ``perfsuite <command>: ...`` and 2)."""
     pyproject = cfg.find_pyproject(Path.cwd())
     if pyproject is None or not (pyproject.parent / "tests" / "perf").is_dir():
         raise SystemExit("perfsuite: run this inside a perfsuite checkout (no pyproject.toml with [tool.perfsuite] "

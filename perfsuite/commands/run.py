@@ -122,8 +122,13 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     cur = {k: v for k, v in cur.items() if k not in serving.by_cell(current)}
     if serve_rows and not cur:
         return serve_rows
-    head = (f"{'cell':<48} {'options':<12} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} {'tok/s':>8} "
-            f"{'peak MiB':>9} {'BW GB/s':>8} {'BW %':>6} {'ΔTTFT':>7} {'ΔTPOT':>7}")
+    # TPOT (vLLM's per-request time per output token) where every row recorded it; runs that recorded only the
+    # per-token gaps show those, labelled ITL
+    recorded = [tests["tpot"].get("extra_info", {}) for tests in cur.values() if "tpot" in tests]
+    step = "tpot" if all("median_tpot_ms" in x and "p99_tpot_ms" in x for x in recorded) else "itl"
+    label = step.upper()
+    head = (f"{'cell':<48} {'options':<12} {'TTFT p50 ms':>11} {label + ' p50 ms':>11} {label + ' p99 ms':>11} "
+            f"{'tok/s':>8} {'peak MiB':>9} {'BW GB/s':>8} {'BW %':>6} {'ΔTTFT':>7} {'ΔTPOT':>7}")
     rows = [head, "-" * len(head)]
     for cell, tests in cur.items():
         t, p, e = tests.get("ttft", {}), tests.get("tpot", {}), tests.get("e2el", {})
@@ -136,8 +141,8 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
             return f"{v:.3f}" if isinstance(v, (int, float)) else "—"
 
         opts = str((pi.get("cell") or ti.get("cell") or ei.get("cell") or {}).get("options_hash") or "—")[:12]
-        rows.append(f"{cell:<48} {opts:<12} {f(ti.get('median_ttft_ms')):>11} {f(pi.get('median_itl_ms')):>11} "
-                    f"{f(pi.get('p99_itl_ms')):>11} {f(tps):>8} {mem / 2**20:>9.0f} "
+        rows.append(f"{cell:<48} {opts:<12} {f(ti.get('median_ttft_ms')):>11} {f(pi.get(f'median_{step}_ms')):>11} "
+                    f"{f(pi.get(f'p99_{step}_ms')):>11} {f(tps):>8} {mem / 2**20:>9.0f} "
                     f"{_gbs(pi.get('achieved_bandwidth_bytes_per_s')):>8} "
                     f"{pct(pi):>6} "
                     f"{_change(t, old.get(cell, {}).get('ttft')):>7} {_change(p, old.get(cell, {}).get('tpot')):>7}")

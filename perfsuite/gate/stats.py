@@ -106,7 +106,9 @@ def processes(baseline: Sequence[float], current: Sequence[float]) -> Estimate:
         raise ValueError("processes needs >= 2 processes on each side")
     vb, vc = float(y.var(ddof=1)) / y.size, float(z.var(ddof=1)) / z.size
     se = math.sqrt(vb + vc)
-    df = (vb + vc) ** 2 / (vb**2 / (y.size - 1) + vc**2 / (z.size - 1)) if vb + vc > 0 else float(y.size + z.size - 2)
+    # Welch-Satterthwaite degrees of freedom; with no spread on either side (which scipy answers with NaN and a
+    # warning) the pooled df n_b + n_c - 2
+    df = float(st.ttest_ind(z, y, equal_var=False).df) if vb + vc > 0 else float(y.size + z.size - 2)
     return Estimate(float(z.mean() - y.mean()), se, df, "processes", int(y.size), int(z.size), se)
 
 

@@ -3,7 +3,7 @@
 Two kinds of file are accepted:
 
 * ``run``: perfsuite's pytest-benchmark JSON (a baseline, a nightly run, a ``--benchmark-json`` output;
-  docs/CONTRACTS.md). Per benchmark, every numeric vLLM-named aggregate of ``extra_info`` becomes a point
+  its ``extra_info``: README.md, "What you get"). Per benchmark, every numeric vLLM-named aggregate of ``extra_info`` becomes a point
   (process -1), and when the run was measured in worker processes (``extra_info.processes``: one dict per
   process with its own aggregates and/or ``samples``) each process's values become points too (process 0, 1, …).
 * ``ab``: the JSON ``perfsuite ab --json`` writes: a dict with ``"kind": "ab"`` (or a ``verdicts`` list), or a
@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -121,9 +122,7 @@ def _process_points(processes: Any, dropped: Counter[str]) -> list[tuple[str, in
                 xs = [x for x in (_num(v) for v in vals) if x is not None] if isinstance(vals, list) else []
                 name = f"median_{k}"
                 if xs and name not in names and _VALUE.match(name):
-                    xs.sort()
-                    mid = len(xs) // 2
-                    out.append((name, i, xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2))
+                    out.append((name, i, statistics.median(xs)))
     return out
 
 

@@ -1,10 +1,10 @@
 """Exported-decoder sweep: the ONNX Runtime backend's exported decoder-with-past over drawn (batch, seq, past).
 
 Catches shape specialisation: an export that is only right at (or near) its dummy shape (batch 2, seq 3, past 5
-in ``perfsuite.backends.onnxruntime.export``). For each drawn shape the past KV comes from torch (a prefill of the
+in ``perfsuite.backends.onnxruntime.tracing``). For each drawn shape the past KV comes from torch (a prefill of the
 first ``past`` tokens), the ORT session runs the next ``seq`` tokens on it, and its last-position logits are
 compared with torch's logits for the whole ``past + seq`` sequence (no cache). Tolerance and the greedy-token
-check are the exporter's own (``export.tolerance`` / ``export.compare_logits``).
+check are the exporter's own (``decoder_io.tolerance`` / ``decoder_io.compare_logits``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class DecoderHarness:
 
     def __init__(self, model: str = "tiny-llama", dtype: str = "float32") -> None:
         from perfsuite import models
+        from perfsuite.backends.onnxruntime import decoder_io, tracing
         from perfsuite.backends.onnxruntime import export as ex
         from perfsuite.ops import ort_adapter
 
@@ -55,9 +56,9 @@ class DecoderHarness:
         self.result = ex.export(spec)
         self.meta = self.result.meta
         self.dtype = dtype
-        self.ex = ex
+        self.decoder_io = decoder_io
         self.session = ort_adapter.make_session(self.result.path.read_bytes(), "onnxruntime-cpu", dtype)
-        self.torch_model = ex.load_torch_model(resolved.path, dtype)
+        self.torch_model = tracing.load_torch_model(resolved.path, dtype)
         self.vocab = int(self.meta["geometry"]["vocab"])
 
     def check(self, case: DecoderCase, seed: int = 0) -> dict[str, Any]:
@@ -72,18 +73,18 @@ class DecoderHarness:
                 pre = self.torch_model(input_ids=torch.from_numpy(ids[:, :case.past]), use_cache=True)
                 past = [t.numpy() for layer in pre.past_key_values.layers for t in (layer.keys, layer.values)]
             else:
-                past = self.ex.empty_past(self.meta, case.batch)
+                past = self.decoder_io.empty_past(self.meta, case.batch)
         names = [i.name for i in self.session.get_inputs()]
         try:
-            out = self.session.run(None, self.ex.step_feeds(names, ids[:, case.past:], case.past, past))
+            out = self.session.run(None, self.decoder_io.step_feeds(names, ids[:, case.past:], case.past, past))
         except Exception as exc:
             return {"status": "unsupported", "detail": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
                     "case": case.__dict__}
         got = out[0].astype(np.float32)
         if got.shape != ref.shape:
             return {"status": "wrong", "detail": f"logits shape {got.shape} != {ref.shape}", "case": case.__dict__}
-        atol = self.ex.tolerance(self.dtype, ref)
-        diff, wrong_tokens = self.ex.compare_logits(ref, got, atol)
+        atol = self.decoder_io.tolerance(self.dtype, ref)
+        diff, wrong_tokens = self.decoder_io.compare_logits(ref, got, atol)
         ok = np.isfinite(got).all() and diff <= atol and wrong_tokens == 0
         return {"status": "pass" if ok else "wrong", "max_abs_diff": diff, "atol": atol,
                 "token_mismatches": wrong_tokens, "case": case.__dict__,

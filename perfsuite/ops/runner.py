@@ -147,12 +147,6 @@ def ort_session(op_name: str, backend: str, dtype: str, shape: Shape) -> Any:
     return _SESSIONS[key]
 
 
-def clear_caches() -> None:
-    _SESSIONS.clear()
-    _COMPILED.clear()
-    _reference.cache_clear()
-
-
 # --------------------------------------------------------------------------------------------- running
 
 def _torch_inputs(op: registry.Op, inputs: dict[str, np.ndarray], dtype: str, device: str) -> dict[str, Any]:

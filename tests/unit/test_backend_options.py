@@ -41,7 +41,7 @@ def test_every_backend_has_a_schema():
 
 @pytest.mark.parametrize(("backends", "files"), [
     (("torch", "torch-compile"), ("torch_backend.py",)),
-    (("vllm",), ("vllm_backend.py", "vllm_engine_args.py", "vllm_common.py")),
+    (("vllm",), ("vllm_backend.py", "vllm_engine_args.py", "vllm_common.py", "vllm_engine.py")),
     (tuple(b for b in BACKENDS if b.startswith("onnxruntime-")),
      ("onnxruntime/providers.py", "onnxruntime/backend.py", "onnxruntime/runners.py")),
 ])

@@ -150,6 +150,21 @@ def test_holm_known_values_and_alignment() -> None:
     assert stats.holm_adjusted([0.01, None, 0.04, 0.03]) == pytest.approx([0.03, None, 0.06, 0.06])
 
 
+def test_processes_welch_matches_the_hand_written_formula() -> None:
+    """The one-baseline-run estimate (scipy's Welch df) gives the numbers of the formula it replaced."""
+    b, c = [10.2, 10.5, 9.9, 10.1, 10.4, 10.0], [10.9, 11.3, 10.8, 11.6]
+    y, z = np.log(b), np.log(c)
+    vb, vc = y.var(ddof=1) / y.size, z.var(ddof=1) / z.size
+    df = (vb + vc) ** 2 / (vb**2 / (y.size - 1) + vc**2 / (z.size - 1))
+    e = stats.processes(b, c)
+    assert e.d == pytest.approx(0.09049184386849873, rel=1e-12) == z.mean() - y.mean()
+    assert e.se == pytest.approx(0.018942108726083734, rel=1e-12) == math.sqrt(vb + vc)
+    assert e.df == pytest.approx(4.895021247321608, rel=1e-12) == pytest.approx(df, rel=1e-12)
+    assert (e.method, e.n_baseline, e.n_current) == ("processes", 6, 4)
+    flat = stats.processes([5.0, 5.0, 5.0], [5.0, 5.0])  # no spread: the pooled df, no NaN
+    assert (flat.d, flat.se, flat.df) == (0.0, 0.0, 3.0)
+
+
 def test_statistic_names() -> None:
     assert stats.statistic([1, 2, 3, 4], "p50") == pytest.approx(2.5)
     assert stats.statistic([1, 2, 3, 4], "min") == 1

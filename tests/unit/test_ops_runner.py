@@ -18,7 +18,7 @@ def test_pass_and_repro():
     assert again.seed == r.seed and again.max_ratio == r.max_ratio
 
 
-def test_nan_is_wrong():
+def test_nan_is_wrong(test_ops):
     r = runner.evaluate("_nan", "torch", "float32", S)
     assert r.status == "wrong" and r.nan_where_finite == 1 and "NaN" in r.detail
 
@@ -64,8 +64,8 @@ def test_ort_cpu_cell_records_placement():
     assert r.status == "pass" and r.extra["placement"]["nodes_per_ep"] == {"CPUExecutionProvider": 1}
 
 
-def test_worker_isolates_a_crash():
-    with Worker(timeout_s=120) as w:
+def test_worker_isolates_a_crash(test_ops_env):
+    with Worker(timeout_s=120, env=test_ops_env) as w:
         ok = w.run("silu", "torch", "float32", S, 3)
         crash = w.run("_abort", "torch", "float32", S, 3)
         after = w.run("silu", "onnxruntime-cpu", "float32", S, 3)  # a fresh child takes over
@@ -73,7 +73,7 @@ def test_worker_isolates_a_crash():
     assert crash.status == "crash" and "SIGABRT" in crash.detail and w.crashes == 1
 
 
-def test_matrix_worst_and_first_failure():
+def test_matrix_worst_and_first_failure(test_ops):
     m = Matrix()
     a = runner.evaluate("silu", "torch", "float32", S)
     b = runner.evaluate("_nan", "torch", "float32", S)

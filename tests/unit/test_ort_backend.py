@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 from perfsuite import greedy, models  # noqa: E402
 from perfsuite.backends import create  # noqa: E402
+from perfsuite.backends.onnxruntime import decoder_io, entries, tracing  # noqa: E402
 from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
 from perfsuite.backends.onnxruntime.backend import OrtBackend  # noqa: E402
 from perfsuite.backends.torch_backend import TorchBackend  # noqa: E402
@@ -45,7 +46,7 @@ def _generate(backend: Any, prompts: list[list[int]], n: int) -> list[list[int]]
 def test_export_dynamic_dims_and_parity(exported: dict, name: str) -> None:
     _, res = exported[name]
     assert not res.cache_hit and res.path.is_file()
-    assert ex.static_dim_problems(res.path) == []
+    assert tracing.static_dim_problems(res.path) == []
     graph = onnx.load(str(res.path)).graph
     dims = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
             for vi in list(graph.input) + list(graph.output)}
@@ -131,7 +132,7 @@ def test_int8_dynamic(exported: dict) -> None:
     b.load()
     info = b.info()
     assert info["int8_top1_agreement"] >= MIN_INT8_AGREEMENT
-    assert info["onnx_model"].endswith(ex.MODEL_FILE) and "int8dyn" in info["onnx_model"]
+    assert info["onnx_model"].endswith(entries.MODEL_FILE) and "int8dyn" in info["onnx_model"]
     tokens = _generate(b, [[5] * 8], 3)  # one sequence of three tokens
     assert len(tokens) == 1 and len(tokens[0]) == 3 and all(0 <= t < 2048 for t in tokens[0])
     b.close()
@@ -143,23 +144,23 @@ def test_int8_dynamic(exported: dict) -> None:
 
 def test_verification_failure_names_the_shapes(exported: dict) -> None:
     path, res = exported["tiny-llama"]
-    model = ex.load_torch_model(path, "float32")
+    model = tracing.load_torch_model(path, "float32")
     with torch.no_grad():
         model.lm_head.weight.mul_(1.5)  # a model that disagrees with the exported graph
-    report = ex.verify_parity(model, res.path, res.meta, cases=((1, 3, 1), (2, 5, 1)))
+    report = decoder_io.verify_parity(model, res.path, res.meta, cases=((1, 3, 1), (2, 5, 1)))
     assert not report["ok"]
     assert any("(batch=1, prompt=3, past=0, seq=3)" in f for f in report["failures"])
     assert any("(batch=2, prompt=5, past=5, seq=1)" in f for f in report["failures"])
-    with pytest.raises(ex.ExportError, match=r"disagrees with torch at \(batch=1"):
+    with pytest.raises(decoder_io.ExportError, match=r"disagrees with torch at \(batch=1"):
         ex._raise_if_failed({"verification": report})
 
 
 def test_compare_ignores_near_ties() -> None:
     ref = np.array([[1.0, 1.00001, 0.0], [5.0, 0.0, 0.0]], dtype=np.float32)
     got = np.array([[1.00001, 1.0, 0.0], [5.0, 0.0, 0.0]], dtype=np.float32)
-    diff, wrong = ex.compare_logits(ref, got, atol=1e-3)
+    diff, wrong = decoder_io.compare_logits(ref, got, atol=1e-3)
     assert wrong == 0 and diff < 1e-3  # the tied row's argmax may flip
-    _, wrong = ex.compare_logits(ref, np.array([[0, 0, 3.0], [0, 5.0, 0]], dtype=np.float32), atol=1e-3)
+    _, wrong = decoder_io.compare_logits(ref, np.array([[0, 0, 3.0], [0, 5.0, 0]], dtype=np.float32), atol=1e-3)
     assert wrong == 1
 
 
@@ -174,16 +175,16 @@ def test_float16_export_parity(perfsuite_cache: Path) -> None:
 
 
 def _corrupt_marker(entry: Path) -> None:
-    (entry / ex.MARKER).unlink()
+    (entry / entries.MARKER).unlink()
 
 
 def _truncate(entry: Path) -> None:
-    f = entry / ex.MODEL_FILE
+    f = entry / entries.MODEL_FILE
     f.write_bytes(f.read_bytes()[:-100])
 
 
 def _flip_bytes(entry: Path) -> None:
-    f = entry / ex.MODEL_FILE
+    f = entry / entries.MODEL_FILE
     data = bytearray(f.read_bytes())
     data[-50:-40] = bytes(10)
     f.write_bytes(bytes(data))
@@ -197,11 +198,11 @@ def _checker_failure(entry: Path) -> None:
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     bad = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    meta = json.loads((entry / ex.MARKER).read_text())
+    meta = json.loads((entry / entries.MARKER).read_text())
     tmp = entry.parent / (entry.name + ".tmp")
     tmp.mkdir()
-    onnx.save(bad, str(tmp / ex.MODEL_FILE))
-    ex.write_entry(tmp, entry, meta)
+    onnx.save(bad, str(tmp / entries.MODEL_FILE))
+    entries.write_entry(tmp, entry, meta)
 
 
 @pytest.mark.parametrize("corrupt,problem", [(_corrupt_marker, "no marker"), (_truncate, "size"),
@@ -211,12 +212,12 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, corrupt: Any, problem: s
     spec = ex.ExportSpec(path, ex.model_digest(path))
     first = ex.export(spec, cache_dir=tmp_path, verify=False)
     entry = first.path.parent
-    assert ex.entry_problem(entry) is None
+    assert entries.entry_problem(entry) is None
     corrupt(entry)
-    found = ex.entry_problem(entry)
+    found = entries.entry_problem(entry)
     assert found is not None and problem in found
     rebuilt = ex.export(spec, cache_dir=tmp_path, verify=False)
-    assert not rebuilt.cache_hit and ex.entry_problem(entry) is None
+    assert not rebuilt.cache_hit and entries.entry_problem(entry) is None
     assert [p.name for p in tmp_path.joinpath("onnx").iterdir()] == [entry.name]  # no temp dirs left
 
 
@@ -227,11 +228,11 @@ def test_static_dim_is_reported(tmp_path: Path) -> None:
                           [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"])],
                           [helper.make_tensor_value_info("logits", TensorProto.INT64, [1, "seq"])])
     onnx.save(helper.make_model(g), str(tmp_path / "m.onnx"))
-    assert ex.static_dim_problems(tmp_path / "m.onnx") == ["input_ids[0]=1", "logits[0]=1"]
+    assert tracing.static_dim_problems(tmp_path / "m.onnx") == ["input_ids[0]=1", "logits[0]=1"]
 
 
 def test_unsupported_dtype_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ex.ExportError, match="bfloat16"):
+    with pytest.raises(decoder_io.ExportError, match="bfloat16"):
         ex.export(ex.ExportSpec(tmp_path, "x", dtype="bfloat16"), cache_dir=tmp_path)
     shutil.rmtree(tmp_path, ignore_errors=True)
 
@@ -241,10 +242,10 @@ def test_unsupported_dtype_is_an_error(tmp_path: Path) -> None:
 def _forge(victim: Path, donor: Path) -> None:
     """Put ``donor``'s graph into ``victim``'s entry with a manifest that agrees with the file: sizes, sha256, the
     victim's digest and key (a copied or hand-edited cache, which every integrity check passes)."""
-    shutil.copy(donor / ex.MODEL_FILE, victim / ex.MODEL_FILE)
-    meta = json.loads((victim / ex.MARKER).read_text())
-    meta["files"] = {ex.MODEL_FILE: ex.file_record(victim / ex.MODEL_FILE)}
-    (victim / ex.MARKER).write_text(json.dumps(meta))
+    shutil.copy(donor / entries.MODEL_FILE, victim / entries.MODEL_FILE)
+    meta = json.loads((victim / entries.MARKER).read_text())
+    meta["files"] = {entries.MODEL_FILE: entries.file_record(victim / entries.MODEL_FILE)}
+    (victim / entries.MARKER).write_text(json.dumps(meta))
 
 
 def test_forged_entry_of_another_model_is_rebuilt(tmp_path: Path) -> None:
@@ -255,8 +256,8 @@ def test_forged_entry_of_another_model_is_rebuilt(tmp_path: Path) -> None:
     first = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
     donor = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
     _forge(first.path.parent, donor.path.parent)
-    assert ex.entry_problem(first.path.parent) is None  # every integrity check passes
-    assert "kv_heads 8 (model 4)" in (ex.model_mismatch(first.path.parent, llama, "float32") or "")
+    assert entries.entry_problem(first.path.parent) is None  # every integrity check passes
+    assert "kv_heads 8 (model 4)" in (entries.model_mismatch(first.path.parent, llama, "float32") or "")
     b = OrtBackend(Cell("onnxruntime-cpu", "tiny-llama", "float32", SC, model_dir=llama,
                         options=(("verify", False),)))
     b.load()
@@ -269,7 +270,7 @@ def test_forged_entry_of_another_model_is_rebuilt(tmp_path: Path) -> None:
     assert _generate(b, prompts, 3) == _generate(ref, prompts, 3)
     b.close()
     ref.close()
-    assert ex.model_mismatch(first.path.parent, llama, "float32") is None
+    assert entries.model_mismatch(first.path.parent, llama, "float32") is None
 
 
 def test_same_shape_other_weights_is_detected(tmp_path: Path) -> None:
@@ -284,7 +285,7 @@ def test_same_shape_other_weights_is_detected(tmp_path: Path) -> None:
     mine = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
     theirs = ex.export(ex.ExportSpec(target, ex.model_digest(target)), cache_dir=tmp_path, verify=False)
     _forge(mine.path.parent, theirs.path.parent)
-    why = ex.model_mismatch(mine.path.parent, llama, "float32")
+    why = entries.model_mismatch(mine.path.parent, llama, "float32")
     assert why is not None and "model.embed_tokens.weight" in why
     again = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
     assert not again.cache_hit and "another model's weights" in again.meta["rebuilt_because"]
@@ -295,8 +296,8 @@ def test_unreplaceable_forged_entry_says_how_to_clear_it(tmp_path: Path, monkeyp
     first = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
     donor = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
     _forge(first.path.parent, donor.path.parent)
-    monkeypatch.setattr(ex.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(30, "Read-only file system")))
-    with pytest.raises(ex.ExportError, match=r"was not an export of .*kv_heads 8 \(model 4\); cannot replace .* remove "
+    monkeypatch.setattr(entries.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(30, "Read-only file system")))
+    with pytest.raises(decoder_io.ExportError, match=r"was not an export of .*kv_heads 8 \(model 4\); cannot replace .* remove "
                                              r"that directory by hand \(rm -r\)"):
         ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
 
@@ -308,9 +309,9 @@ def test_int8_entry_follows_its_float_entry(tmp_path: Path) -> None:
     opt = models.resolve("tiny-opt", tmp_path).path
     f = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
     q1 = quantize(f)
-    assert q1.meta["float_sha256"] == f.meta["files"][ex.MODEL_FILE]["sha256"]
+    assert q1.meta["float_sha256"] == f.meta["files"][entries.MODEL_FILE]["sha256"]
     assert quantize(f).cache_hit
-    forged = dict(f.meta, files={ex.MODEL_FILE: {"size": 1, "sha256": "0" * 64}})
+    forged = dict(f.meta, files={entries.MODEL_FILE: {"size": 1, "sha256": "0" * 64}})
     assert not quantize(ex.ExportResult(f.path, forged, True, 0.0)).cache_hit
 
 

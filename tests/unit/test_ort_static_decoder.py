@@ -19,6 +19,7 @@ pytest.importorskip("torch")
 
 from perfsuite import greedy, models  # noqa: E402
 from perfsuite.backends import create  # noqa: E402
+from perfsuite.backends.onnxruntime import decoder_io, tracing  # noqa: E402
 from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
 from perfsuite.backends.torch_backend import TorchBackend  # noqa: E402
 from perfsuite.cells import Cell, Scenario  # noqa: E402
@@ -57,7 +58,7 @@ def test_static_export_keeps_named_symbolic_dims_and_verifies(perfsuite_cache: P
     res = ex.export(ex.ExportSpec(path, ex.model_digest(path), layout="static"))
     assert res.meta["layout"] == "static" and "-static-" in res.path.parent.name
     assert res.meta["verification"]["ok"], res.meta["verification"]["failures"]
-    assert ex.static_dim_problems(res.path, "static") == []
+    assert tracing.static_dim_problems(res.path, "static") == []
     g = onnx.load(str(res.path)).graph
     dims = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
             for vi in list(g.input) + list(g.output)}
@@ -74,8 +75,8 @@ def test_static_dim_problems_names_a_renamed_capacity(tmp_path: Path) -> None:
                           [helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"])],
                           [helper.make_tensor_value_info("logits", TensorProto.INT64, ["batch", "total"])])
     onnx.save(helper.make_model(g), str(tmp_path / "m.onnx"))
-    assert ex.static_dim_problems(tmp_path / "m.onnx", "static") == ["attention_mask[1]=total"]
-    assert ex.static_dim_problems(tmp_path / "m.onnx", "dynamic") == []
+    assert tracing.static_dim_problems(tmp_path / "m.onnx", "static") == ["attention_mask[1]=total"]
+    assert tracing.static_dim_problems(tmp_path / "m.onnx", "dynamic") == []
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -116,15 +117,15 @@ def test_static_sessions_are_pinned_to_the_cell_shape(perfsuite_cache: Path) -> 
         assert shapes[0]["input_ids"] == [SC.batch_size, SC.prompt_tokens]
         assert shapes[1]["input_ids"] == [SC.batch_size, 1]
         assert shapes[0]["past_key_values.0.key"] == shapes[1]["past_key_values.0.key"] == [SC.batch_size, 4, cap, 32]
-        with pytest.raises(ex.ExportError, match=r"pinned to batch 2 x prompt 16"):
+        with pytest.raises(decoder_io.ExportError, match=r"pinned to batch 2 x prompt 16"):
             b.prefill([[5] * 8])
     finally:
         b.close()
 
 
 def test_static_steps_past_capacity_refused() -> None:
-    with pytest.raises(ex.ExportError, match="do not fit its capacity 4"):
-        ex.step_feeds(["input_ids", "attention_mask", "position_ids"], np.zeros((1, 1), np.int64), 4, [], capacity=4)
+    with pytest.raises(decoder_io.ExportError, match="do not fit its capacity 4"):
+        decoder_io.step_feeds(["input_ids", "attention_mask", "position_ids"], np.zeros((1, 1), np.int64), 4, [], capacity=4)
 
 
 def test_calibration_table_from_the_static_export(perfsuite_cache: Path) -> None:

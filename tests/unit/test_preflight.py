@@ -120,7 +120,7 @@ def test_a_killed_holder_releases_the_lock(tmp_path, holder):
 # ---- load ---------------------------------------------------------------------------------------------------------
 SPIN = "import time\nend = time.time() + 30\nwhile time.time() < end:\n    pass\n"
 SAMPLE = ("import json, sys; from perfsuite.preflight import sample_load; "
-          "print(json.dumps(sample_load(1.0, top_n=8).as_dict()))")
+          "print(json.dumps(sample_load(1.0, top_n=100_000).as_dict()))")  # every process that ran is listed
 
 
 @pytest.fixture
@@ -134,23 +134,28 @@ def spinner():
 
 @linux_only
 def test_busy_process_outside_the_run_is_seen_and_named(spinner):
-    """Sampled from a sibling process: the spinner is not in the sampler's tree, so it counts as "other"."""
+    """Sampled from a sibling process: the spinner is not in the sampler's tree, so it counts as "other". How much
+    of a core it gets depends on what else the machine runs; that it ran, and a sleeping process did not, does not."""
     import json
 
-    out = subprocess.run([sys.executable, "-c", SAMPLE], capture_output=True, text=True, check=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    with subprocess.Popen(["sleep", "30"]) as sleeper:
+        try:
+            out = subprocess.run([sys.executable, "-c", SAMPLE], capture_output=True, text=True, check=True,
+                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+        finally:
+            sleeper.kill()
     s = json.loads(out)
-    mine = [o for o in s["top"] if o["pid"] == spinner.pid]
-    # a spinning process gets most of a core even on this shared 2-core VM; 0.2 leaves room for contention
-    assert mine and mine[0]["cores"] > 0.2, s
-    assert s["other_cores"] >= mine[0]["cores"] - 0.05 and s["available"]
+    listed = {o["pid"]: o["cores"] for o in s["top"]}
+    assert listed.get(spinner.pid, 0) > 0, s  # named, with the CPU it used
+    assert sleeper.pid not in listed, s  # a process that used no CPU is not "other work"
+    assert s["other_cores"] >= listed[spinner.pid] - 0.05 and s["available"]
 
 
 @linux_only
 def test_own_process_tree_is_not_counted_as_other(spinner):
-    s = pf.sample_load(1.0, top_n=8)  # the spinner is our child
+    s = pf.sample_load(1.0, top_n=100_000)  # the spinner is our child; every other process that ran is listed
     assert spinner.pid not in [o.pid for o in s.top]
-    assert s.own_cores > 0.2 and s.busy_cores >= s.own_cores - 0.05
+    assert s.own_cores > 0 and s.busy_cores >= s.own_cores - 0.05
 
 
 @linux_only

@@ -67,6 +67,24 @@ def test_without_roofline_keys_the_columns_say_dash() -> None:
     assert row.split()[-4:] == ["—", "—", "—", "—"]  # BW GB/s, BW %, ΔTTFT, ΔTPOT
 
 
+def test_tpot_columns_print_tpot_and_itl_only_under_its_own_name() -> None:
+    """The columns labelled TPOT print vLLM's TPOT (median/p99_tpot_ms); a run that recorded only the per-token
+    gaps gets them under the label ITL, never under TPOT."""
+    head, _, row = run.table(RESULTS, None)
+    tpot = next(b for b in RESULTS["benchmarks"] if b["extra_info"]["metric"] == "tpot")["extra_info"]
+    assert tpot["median_tpot_ms"] != tpot["median_itl_ms"]  # the fixture tells them apart
+    cols = head.split()
+    assert cols[2:11] == ["TTFT", "p50", "ms", "TPOT", "p50", "ms", "TPOT", "p99", "ms"]
+    assert row.split()[3:5] == [f"{tpot['median_tpot_ms']:.3f}", f"{tpot['p99_tpot_ms']:.3f}"]
+    only_itl = copy.deepcopy(RESULTS)
+    for b in only_itl["benchmarks"]:
+        for k in ("mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms"):
+            b["extra_info"].pop(k, None)
+    head, _, row = run.table(only_itl, None)
+    assert head.split()[5:11] == ["ITL", "p50", "ms", "ITL", "p99", "ms"] and "TPOT p" not in head
+    assert row.split()[3:5] == [f"{tpot['median_itl_ms']:.3f}", f"{tpot['p99_itl_ms']:.3f}"]
+
+
 def test_no_baseline_footnote_names_the_command(tmp_path: Path) -> None:
     lines = run.footnotes(RESULTS, None, "cpu-intel-xeon-amx-2c", tmp_path / "baselines" / "cpu-intel-xeon-amx-2c",
                           _args(backend="torch", profile="pr"))

@@ -4,7 +4,7 @@
 quantizes it when the cell asks for ``int8-dynamic``, creates the session on the cell's provider, and refuses to
 continue if ORT silently fell back to another provider. The export's layout follows the provider
 (:func:`~perfsuite.backends.onnxruntime.providers.decoder_layout`): the dynamic decoder (past grows each step) by
-default, the static one (fixed-capacity KV cache, one input shape per session; see export.py) for MIGraphX, which
+default, the static one (fixed-capacity KV cache, one input shape per session; see decoder_io.py) for MIGraphX, which
 compiles per shape, and for graph capture (``enable_graph``). ``info()["input_shapes_per_generation"]`` counts the
 distinct input shapes each session was fed in the last generation. Decoding is greedy; on device providers IO binding keeps
 the KV cache (``present.*`` -> next ``past_key_values.*``) and the logits on the device between steps and only the

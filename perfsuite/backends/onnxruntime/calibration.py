@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.backends.onnxruntime import decoder_io, entries
 from perfsuite.backends.onnxruntime import export as ex
 from perfsuite.backends.onnxruntime.quantize import quiet_root_logger
 from perfsuite.cells import Cell
@@ -48,14 +49,14 @@ def calibration_feeds(export: ex.ExportResult, cell: Cell, steps: int = DECODE_S
     so.log_severity_level = 3
     sess = ort.InferenceSession(str(export.path), so, providers=["CPUExecutionProvider"])
     names = [i.name for i in sess.get_inputs()]
-    cap = sc.prompt_tokens + sc.new_tokens if ex.layout_of(meta) == "static" else None
+    cap = sc.prompt_tokens + sc.new_tokens if decoder_io.layout_of(meta) == "static" else None
     prompt = np.array(models.prompts(sc.batch_size, sc.prompt_tokens, int(meta["geometry"]["vocab"]), seed=23),
                       dtype=np.int64)
-    feeds = [ex.step_feeds(names, prompt, 0, ex.empty_past(meta, sc.batch_size, cap or 0), cap)]
+    feeds = [decoder_io.step_feeds(names, prompt, 0, decoder_io.empty_past(meta, sc.batch_size, cap or 0), cap)]
     out = sess.run(None, feeds[0])
     past_len = sc.prompt_tokens
     for _ in range(min(steps, sc.new_tokens - 1)):
-        feeds.append(ex.step_feeds(names, np.asarray(out[1]).reshape(-1, 1), past_len, list(out[2:]), cap))
+        feeds.append(decoder_io.step_feeds(names, np.asarray(out[1]).reshape(-1, 1), past_len, list(out[2:]), cap))
         out = sess.run(None, feeds[-1])
         past_len += 1
     return feeds
@@ -82,7 +83,7 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
         def get_next(self) -> dict[str, Any] | None:
             return next(self.it, None)
 
-    tmp = ex.new_tmp(target)
+    tmp = entries.new_tmp(target)
     try:
         with warnings.catch_warnings(), quiet_root_logger():
             warnings.simplefilter("ignore")

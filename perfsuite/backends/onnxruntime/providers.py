@@ -157,7 +157,7 @@ def check_migraphx_keys(po: dict[str, str], ort_version: str) -> None:
 
 
 def decoder_layout(backend: str, options: dict[str, Any]) -> tuple[str, str]:
-    """Which decoder export a cell runs (``dynamic`` or ``static``, see export.py) and why."""
+    """Which decoder export a cell runs (``dynamic`` or ``static``, see decoder_io.py) and why."""
     ep = ep_of(backend)
     chosen = options.get("decoder")
     graph = bool(options.get("enable_graph"))

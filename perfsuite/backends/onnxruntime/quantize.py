@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.backends.onnxruntime import decoder_io, entries
 from perfsuite.backends.onnxruntime import export as ex
 
 QUANT_VERSION = 1
@@ -57,9 +58,9 @@ def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any],
     agree = total = 0
     for b, p, steps in cases:
         prompt = np.array(models.prompts(b, p, vocab, seed=11), dtype=np.int64)
-        ref = ex.ort_greedy_logits(ref_sess, meta, prompt, steps=steps)  # float model on its own tokens
+        ref = decoder_io.ort_greedy_logits(ref_sess, meta, prompt, steps=steps)  # float model on its own tokens
         forced = [r.argmax(-1) for r in ref[:-1]]
-        got = ex.ort_greedy_logits(q_sess, meta, prompt, forced)
+        got = decoder_io.ort_greedy_logits(q_sess, meta, prompt, forced)
         for r, g in zip(ref, got, strict=True):
             agree += int(np.sum(r.argmax(-1) == g.argmax(-1)))
             total += r.shape[0]
@@ -72,19 +73,19 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
 
     float_entry = float_result.path.parent
     target = quantized_dir(float_entry)
-    float_sha = (float_result.meta.get("files") or {}).get(ex.MODEL_FILE, {}).get("sha256")
-    meta = ex.read_entry(target) if target.exists() else None
-    if meta is not None and (meta.get("float_sha256") != float_sha or ex.model_mismatch(
+    float_sha = (float_result.meta.get("files") or {}).get(entries.MODEL_FILE, {}).get("sha256")
+    meta = entries.read_entry(target) if target.exists() else None
+    if meta is not None and (meta.get("float_sha256") != float_sha or entries.model_mismatch(
             target, Path(float_result.meta["model_dir"]), str(meta["dtype"]), weights=False)):
         meta = None  # quantized from another float graph (the float entry was rebuilt, or this one was copied in)
     if meta is not None and "int8_top1_agreement" in meta:
-        return ex.ExportResult(target / ex.MODEL_FILE, meta, True, float(meta.get("quantize_seconds", 0.0)))
+        return ex.ExportResult(target / entries.MODEL_FILE, meta, True, float(meta.get("quantize_seconds", 0.0)))
     t0 = time.perf_counter()
-    tmp = ex.new_tmp(target)
+    tmp = entries.new_tmp(target)
     try:
         with warnings.catch_warnings(), quiet_root_logger():
             warnings.simplefilter("ignore")
-            quantize_dynamic(str(float_result.path), str(tmp / ex.MODEL_FILE), weight_type=QuantType.QInt8,
+            quantize_dynamic(str(float_result.path), str(tmp / entries.MODEL_FILE), weight_type=QuantType.QInt8,
                              per_channel=False, reduce_range=False,
                              use_external_data_format=any(f.suffix == ".data" for f in float_entry.iterdir()))
         q_s = time.perf_counter() - t0
@@ -95,11 +96,11 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
         import onnxruntime as ort
 
         meta["onnxruntime"] = ort.__version__
-        meta["int8_top1_agreement"] = round(top1_agreement(float_result.path, tmp / ex.MODEL_FILE, meta), 4)
-        ex.write_entry(tmp, target, meta)
+        meta["int8_top1_agreement"] = round(top1_agreement(float_result.path, tmp / entries.MODEL_FILE, meta), 4)
+        entries.write_entry(tmp, target, meta)
     except BaseException:
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ex.ExportResult(target / ex.MODEL_FILE, meta, False, time.perf_counter() - t0)
+    return ex.ExportResult(target / entries.MODEL_FILE, meta, False, time.perf_counter() - t0)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.backends.onnxruntime import export as ex
+from perfsuite.backends.onnxruntime import decoder_io
 from perfsuite.backends.onnxruntime import providers as pv
 
 GRAPH_ID_ENTRY = "gpu_graph_id"  # RunOptions config key of the CUDA/ROCm EPs' graph annotation
@@ -70,13 +70,13 @@ class DynamicRunner:
 
     def prefill(self, ids: np.ndarray) -> tuple[list[int], State]:
         self.shapes.new_generation()
-        return self._step(ids, 0, ex.empty_past(self.meta, ids.shape[0]), 0)
+        return self._step(ids, 0, decoder_io.empty_past(self.meta, ids.shape[0]), 0)
 
     def decode(self, state: State) -> tuple[list[int], State]:
         return self._step(state.last.reshape(-1, 1), state.past_len, state.past, state.step + 1)
 
     def _step(self, ids: np.ndarray, past_len: int, past: list[Any], step: int) -> tuple[list[int], State]:
-        feeds = ex.step_feeds(self.inputs, ids, past_len, [])
+        feeds = decoder_io.step_feeds(self.inputs, ids, past_len, [])
         self.shapes.note("decoder", ids.shape, feeds["attention_mask"].shape, _shape(past[0]))
         past_names = self.inputs[3:]
         presents = self.outputs[2:]
@@ -126,13 +126,13 @@ class StaticRunner:
         self.inputs = [i.name for i in decode_sess.get_inputs()]
         self.outputs = [o.name for o in decode_sess.get_outputs()]
         self.shapes = ShapeLog()
-        self._zero_past = ex.empty_past(meta, batch, capacity)
+        self._zero_past = decoder_io.empty_past(meta, batch, capacity)
         self._bound: _BoundBuffers | None = _BoundBuffers(self) if cfg.io_binding else None
 
     def prefill(self, ids: np.ndarray) -> tuple[list[int], State]:
         self.shapes.new_generation()
         if ids.shape != (self.batch, self.prompt):
-            raise ex.ExportError(f"static decoder sessions are pinned to batch {self.batch} x prompt {self.prompt}; "
+            raise decoder_io.ExportError(f"static decoder sessions are pinned to batch {self.batch} x prompt {self.prompt}; "
                                  f"got prompts of shape {ids.shape}")
         if self._bound is not None:
             return self._bound.run(ids, 0, 0)
@@ -146,7 +146,7 @@ class StaticRunner:
 
     def _plain(self, sess: Any, name: str, ids: np.ndarray, past_len: int, past: list[Any],
                step: int) -> tuple[list[int], State]:
-        feeds = ex.step_feeds(self.inputs, ids, past_len, past, self.capacity)
+        feeds = decoder_io.step_feeds(self.inputs, ids, past_len, past, self.capacity)
         self.shapes.note(name, ids.shape, feeds["attention_mask"].shape, _shape(past[0]))
         outs = sess.run(["next_token", *self.outputs[2:]], feeds)
         nxt = outs[0]
@@ -206,7 +206,7 @@ class _BoundBuffers:
         phase = "prefill" if step == 0 else "decode"
         # prefill reads set 0 and writes set 1; decode step k reads the set step k-1 wrote: 1, 0, 1, ...
         src = 0 if step == 0 else step % 2
-        feeds = ex.step_feeds(r.inputs, ids, past_len, [], r.capacity)
+        feeds = decoder_io.step_feeds(r.inputs, ids, past_len, [], r.capacity)
         self.ids[phase].update_inplace(feeds["input_ids"])
         self.pos[phase].update_inplace(feeds["position_ids"])
         self.mask.update_inplace(feeds["attention_mask"])
