@@ -13,6 +13,7 @@ from typing import Any
 
 from perfsuite import baselines, runner_class
 from perfsuite.commands._common import check_locations, project_root
+from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT
 
 
 def register(sub: Any) -> None:
@@ -135,7 +136,8 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
         ti, pi, ei = t.get("extra_info", {}), p.get("extra_info", {}), e.get("extra_info", {})
         mem = max((x.get("peak_device_used_bytes") or x.get("peak_allocated_bytes") or x.get("peak_rss_bytes") or 0)
                   for x in (ti, pi, ei))
-        tps = ei.get("output_throughput_tokens_per_s") or pi.get("output_throughput_tokens_per_s")
+        # end to end (test_e2el), else decode only (test_tpot; runs before 2026-12-01 stored it as output throughput)
+        tps = ei.get(OUTPUT_THROUGHPUT) or pi.get(DECODE_THROUGHPUT) or pi.get(OUTPUT_THROUGHPUT)
 
         def f(v: Any) -> str:
             return f"{v:.3f}" if isinstance(v, (int, float)) else "—"

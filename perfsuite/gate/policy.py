@@ -34,17 +34,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from perfsuite import vocabulary
 from perfsuite.confirm import config as confirm_config
 
 DIRECTIONS = ("lower_is_better", "higher_is_better")
 EXACT_DIRECTIONS = ("lower_is_better", "higher_is_better", "equal")
-_LAT = re.compile(r"^(mean|median|min|p[1-9][0-9]?)_(ttft|tpot|itl|e2el)_ms$")
+_LAT = vocabulary.LATENCY_NAME
 _STATS = re.compile(r"^stats\.(min|max|mean|median)$")
-THROUGHPUT = ("output_throughput_tokens_per_s", "prefill_throughput_tokens_per_s")
-EXACT_METRICS = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
-                 "peak_device_used_bytes", "peak_device_delta_bytes")
+THROUGHPUT = vocabulary.THROUGHPUT
+EXACT_METRICS = vocabulary.EXACT
 METRIC_HELP = ("{mean,median,min,p<1-99>}_{ttft,tpot,itl,e2el}_ms, output_throughput_tokens_per_s, "
-               "prefill_throughput_tokens_per_s, generated_tokens, peak_rss_bytes, peak_allocated_bytes, "
+               "decode_throughput_tokens_per_s, prefill_throughput_tokens_per_s, generated_tokens, peak_rss_bytes, peak_allocated_bytes, "
                "peak_reserved_bytes, peak_device_used_bytes, peak_device_delta_bytes (device-level, GPU; give them a "
                "tolerance), stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
 _WHERE = "[tool.perfsuite.gate]"

@@ -14,6 +14,7 @@ from perfsuite import changepoint as cpd
 from perfsuite.errors import UsageError
 from perfsuite.history import History, HistoryError, parse_file, query
 from perfsuite.history.ingest import Parsed
+from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT
 
 
 @dataclass
@@ -74,10 +75,14 @@ def _latest_rows(parsed: list[Parsed], db: History | None, baseline_points: int 
                     if ref:
                         row[f"delta_{want}"] = vals[want] / ref - 1
                         row[f"history_points_{want}"] = len(hist)
-            if "output_throughput_tokens_per_s" in vals and r.metric in ("e2el", "tpot"):
-                row.setdefault("output_throughput_tokens_per_s", vals["output_throughput_tokens_per_s"])
+            # the row's tokens/s: end to end (test_e2el) wins over decode only (test_tpot; before 2026-12-01 that
+            # was stored as output throughput too)
+            tps = vals.get(OUTPUT_THROUGHPUT) if r.metric == "e2el" else \
+                vals.get(DECODE_THROUGHPUT, vals.get(OUTPUT_THROUGHPUT)) if r.metric == "tpot" else None
+            if tps is not None:
+                row.setdefault("output_throughput_tokens_per_s", tps)
                 if r.metric == "e2el":
-                    row["output_throughput_tokens_per_s"] = vals["output_throughput_tokens_per_s"]
+                    row["output_throughput_tokens_per_s"] = tps
             mem = max((v for n, v in vals.items() if n.startswith("peak_") and n != "peak_reserved_bytes"),
                       default=None)
             if mem is not None:

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite import vocabulary
 from perfsuite.errors import UsageError
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
+METRICS = vocabulary.LATENCIES
 _FLOOR_MS = 1e-6  # a TPOT/ITL of 0 (tokens flushed in one read) on the log scale
 
 

@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
+from perfsuite import vocabulary
+
+METRICS = vocabulary.LATENCIES
 
 
 def select(conf: Any, args: Mapping[str, Any]) -> list[Any]:

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from perfsuite import vocabulary
 from perfsuite.serve.cell import BACKEND
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
+METRICS = vocabulary.LATENCIES
 COLUMNS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms", "request_throughput",
            "request_goodput")
 

@@ -7,9 +7,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from perfsuite import vocabulary
 from perfsuite.cells import Cell, Scenario
 
-METRICS = ("ttft", "tpot", "e2el")  # vLLM's names; tests/perf/test_latency.py has test_<metric>
+METRICS = vocabulary.TIMED  # tests/perf/test_latency.py has test_<metric>
 PROTOCOL = 1  # bump when a job or result field changes meaning
 
 

@@ -1,0 +1,94 @@
+"""The one vocabulary of metric names, in vLLM's spelling (``vllm bench serve``: ``median_ttft_ms``,
+``p99_itl_ms``, ...), with their units, which way is better, which test produces them and which sample key of
+``extra_info["samples"]`` holds their per-unit values. measure, the gate, ab, the run table, history and the reports
+read names from here.
+
+Latency bases (per request / per generation, milliseconds):
+
+* ``ttft``: time to first token — the prefill, until the first tokens are on the host.
+* ``tpot``: time per output token after the first — one value per generation: (e2el - ttft) / (n - 1); for
+  ``test_tpot``, the mean decode call of the generation.
+* ``itl``: inter-token latency — one value per token after the first (per chunk, when serving).
+* ``e2el``: end-to-end latency — one value per generation / request.
+
+Throughputs (tokens per second, higher is better):
+
+* ``output_throughput_tokens_per_s``: output tokens over end-to-end time (vLLM's ``output_throughput``, per
+  stream: batch x new tokens / mean e2el); only ``test_e2el`` produces it.
+* ``decode_throughput_tokens_per_s``: tokens of the decode steps alone (batch / mean TPOT); ``test_tpot``. Before
+  2026-12-01 test_tpot stored this under ``output_throughput_tokens_per_s``, one key with two meanings.
+* ``prefill_throughput_tokens_per_s``: prompt tokens over TTFT; ``test_ttft`` and ``test_e2el``.
+
+Serving cells (``test_*_under_load``) add ``vllm bench serve``'s run-level keys (:data:`SERVING_KEYS`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# the tests of an offline cell and the latency base each one is about (tests/perf/test_latency.py: test_<name>)
+TIMED = ("ttft", "tpot", "e2el")
+# every latency base that has per-unit samples (``<base>_ms``)
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+SUMMARIES = ("mean", "median", "p90", "p99")  # what measure writes for each base (vLLM's default percentiles)
+STATISTICS = ("mean", "median", "min", "p1..p99")  # what a gate policy may name
+
+OUTPUT_THROUGHPUT = "output_throughput_tokens_per_s"
+DECODE_THROUGHPUT = "decode_throughput_tokens_per_s"
+PREFILL_THROUGHPUT = "prefill_throughput_tokens_per_s"
+THROUGHPUT = (OUTPUT_THROUGHPUT, DECODE_THROUGHPUT, PREFILL_THROUGHPUT)
+
+EXACT = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
+         "peak_device_used_bytes", "peak_device_delta_bytes")
+
+# vllm bench serve's own keys, as its --save-result JSON spells them
+SERVING_KEYS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
+                "completed", "failed")
+
+LATENCY_NAME = re.compile(r"^(mean|median|min|p[1-9][0-9]?)_(ttft|tpot|itl|e2el)_ms$")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str  # ms | tokens/s | tokens | bytes
+    direction: str  # lower_is_better | higher_is_better | equal
+    tests: tuple[str, ...]  # the offline tests whose extra_info holds it
+    sample_key: str | None = None  # extra_info["samples"] key of its per-unit values
+
+
+def sample_key(name: str) -> str | None:
+    """``median_tpot_ms`` -> ``tpot_ms``; None for a name that is not a latency summary."""
+    m = LATENCY_NAME.match(name)
+    return f"{m.group(2)}_ms" if m else None
+
+
+def describe(name: str) -> Metric | None:
+    """What the vocabulary knows about ``name``; None for a name it does not own."""
+    m = LATENCY_NAME.match(name)
+    if m:
+        base = m.group(2)
+        tests = {"ttft": ("test_ttft", "test_e2el"), "tpot": ("test_tpot", "test_e2el"), "itl": ("test_tpot",
+                 "test_e2el"), "e2el": ("test_e2el",)}[base]
+        return Metric(name, "ms", "lower_is_better", tests, f"{base}_ms")
+    if name in THROUGHPUT:
+        tests = {OUTPUT_THROUGHPUT: ("test_e2el",), DECODE_THROUGHPUT: ("test_tpot",),
+                 PREFILL_THROUGHPUT: ("test_ttft", "test_e2el")}[name]
+        return Metric(name, "tokens/s", "higher_is_better", tests)
+    if name == "generated_tokens":
+        return Metric(name, "tokens", "equal", tuple(f"test_{t}" for t in TIMED))
+    if name in EXACT:
+        return Metric(name, "bytes", "lower_is_better", tuple(f"test_{t}" for t in TIMED))
+    return None
+
+
+def summary_names(base: str) -> tuple[str, ...]:
+    """``mean_<base>_ms``, ``median_...``, ``p90_...``, ``p99_...``."""
+    return tuple(f"{s}_{base}_ms" for s in SUMMARIES)
+
+
+def base_of_test(test_name: str) -> str | None:
+    """``test_tpot[torch-...]`` -> ``tpot``; None for a test that is not an offline cell's."""
+    base = test_name.split("::")[-1].split("[")[0]
+    return base[5:] if base.startswith("test_") and base[5:] in TIMED else None
