@@ -20,7 +20,7 @@ from typing import Any
 
 from perfsuite.cells import DTYPES, model_slug
 from perfsuite.serve.point import Point, point_from
-from perfsuite.serve.server import Server, free_port, vllm_argv, vllm_env
+from perfsuite.serve.server import Server, free_port, server_cpus, vllm_argv, vllm_env
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -124,7 +124,7 @@ def started_server(model: str, *, dtype: str = "float32", prefix_caching: bool =
     logs = log_dir or Path(tempfile.mkdtemp(prefix="perfsuite-serve-"))
     srv = Server(vllm_argv(folder, served_name=name, port=port, dtype=dtype, prefix_caching=prefix_caching),
                  port=port, log_path=logs / f"vllm-{name}-{port}.log", env=vllm_env(kv_cache_space_gib),
-                 start_timeout_s=start_timeout_s, name=f"vLLM server ({model}, port {port})")
+                 start_timeout_s=start_timeout_s, name=f"vLLM server ({model}, port {port})", cpus=server_cpus())
     clean = False
     try:
         with srv:

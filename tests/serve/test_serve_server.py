@@ -160,3 +160,28 @@ def test_vllm_env_leaves_the_last_core_to_the_client(monkeypatch):
     assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm_env(cpus=[0])  # one core: vLLM's default
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # the user's choice wins
     assert vllm_env(cpus=[0, 1])["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to leave one out")
+def test_server_process_tree_runs_on_the_cores_it_is_given(tmp_path):
+    """The whole server (API process and every child) leaves the last core to the load generator, not just vLLM's
+    engine threads: with only those bound, one API-process stall set the dispatch delay p99 at 13.9 ms."""
+    from perfsuite.serve.server import server_cpus
+
+    cores = server_cpus()
+    assert cores is not None and len(cores) == len(os.sched_getaffinity(0)) - 1
+    port = free_port()
+    srv = Server([sys.executable, str(FAKE), str(port), "ok"], port=port, log_path=tmp_path / "server.log",
+                 start_timeout_s=30, name="fake server", cpus=cores)
+    with srv:
+        assert srv.proc is not None and sorted(os.sched_getaffinity(srv.proc.pid)) == cores
+    assert sorted(os.sched_getaffinity(0)) != cores  # ours is unchanged
+
+
+def test_server_cpus_defers_to_the_users_binding(monkeypatch):
+    from perfsuite.serve.server import server_cpus
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert server_cpus([0, 1, 2]) == [0, 1] and server_cpus([3]) is None
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    assert server_cpus([0, 1, 2]) is None
