@@ -117,19 +117,16 @@ class PairsInterrupted(KeyboardInterrupt):
 
 def measure_side(pl: Any, cell: dict[str, Any], plan: dict[str, Any], n: int, s: str, metrics: Sequence[str],
                  rng: random.Random) -> Any:
-    from perfsuite.worker import pool
-    from perfsuite.worker.job import cell_from_dict, make_job
+    from perfsuite import scheduler
+    from perfsuite.worker.job import cell_from_dict
 
     if cell["backend"] == "vllm-serve":  # a server start from the side's own tree (perfsuite.serve.replicate)
         from perfsuite.serve.replicate import measure_or_fail
 
         return measure_or_fail(pl.side, cell, plan["profile"], n, s.upper())
     c = cell_from_dict(cell)
-    order = list(metrics)
-    rng.shuffle(order)
-    job = make_job(c, order, generations=plan["generations"], warmup=plan["warmup_generations"], cache_dir=None,
-                   index=n, label=s.upper())
-    pr = pl.measure(job, fork=pool.forkable(c.backend))
+    job = scheduler.Job(c, tuple(metrics), plan["generations"], plan["warmup_generations"], index=n, label=s.upper())
+    pr = scheduler.measure(pl, job)
     if pr.skip:
         raise UsageError(f"side {s.upper()} cannot run {c.id}: {pr.skip}")
     if pr.error:

@@ -83,45 +83,44 @@ Progress = Callable[[int, int, str, ProcessResult], None]
 
 def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofile: bool = False,
                  progress: Progress | None = None, seed: int | None = None) -> dict[str, CellResult]:
-    """Run every job of the plan. ``once``: pytest-benchmark is disabled -> one process, one generation per cell,
-    to show the workload runs (nothing is timed)."""
-    from perfsuite.worker import child, pool
-    from perfsuite.worker.job import make_job
+    """Every job of the plan, through the one scheduler (perfsuite.scheduler). ``once``: pytest-benchmark is
+    disabled -> one process, one generation per cell, to show the workload runs (nothing is timed)."""
+    from perfsuite import scheduler
+    from perfsuite.worker import pool
 
     settings = session.settings
     rng = random.Random(seed)
     cache = str(settings.config.cache_dir) if settings.config.cache_dir else None
-    results: dict[str, CellResult] = {}
-    jobs: list[tuple[Cell, int]] = []
-    for cell in plan.cells:
-        w = 1 if once else workers_for(session, cell)
-        mode = "inprocess" if w == 0 else ("fork" if pool.forkable(cell.backend) else "spawn")
-        results[cell.id] = CellResult(cell, measured_by=measured_by(session, cell, w, mode))
-        jobs += [(cell, i) for i in range(max(w, 1))]
-    rng.shuffle(jobs)
     gens = 1 if once else settings.profile.generations
     warm = 0 if once else settings.profile.warmup_generations
+    results: dict[str, CellResult] = {}
+    jobs: list[scheduler.Job] = []
+    modes: dict[str, str] = {}
+    for cell in plan.cells:
+        w = 1 if once else workers_for(session, cell)
+        modes[cell.id] = scheduler.mode_for(cell.backend, w)
+        results[cell.id] = CellResult(cell, measured_by=measured_by(session, cell, w, modes[cell.id]))
+        jobs += [scheduler.Job(cell, plan.metrics[cell.id], gens, warm, index=i, cache_dir=cache,
+                               cprofile=cprofile and i == 0) for i in range(max(w, 1))]
+
+    def failed(job: scheduler.Job) -> bool:  # a cell whose worker skipped or failed is not measured further
+        res = results[job.cell.id]
+        return bool(res.skip or res.error)
+
+    def collect(n: int, total: int, job: scheduler.Job, pr: ProcessResult) -> None:
+        res = results[job.cell.id]
+        if pr.skip:
+            res.skip = pr.skip
+        elif pr.error:
+            res.error, res.detail = pr.error, pr.detail
+        else:
+            res.processes.append(pr)
+        if progress:
+            progress(n, total, job.cell.id, pr)
+
     workers = pool.Pool(pool.this_side(), preload=pool.preload_modules({c.backend for c in plan.cells}))
     try:
-        for n, (cell, i) in enumerate(jobs, 1):
-            res = results[cell.id]
-            if res.skip or res.error:
-                continue
-            job = make_job(cell, list(plan.metrics[cell.id]), generations=gens, warmup=warm, cache_dir=cache, index=i,
-                           cprofile=cprofile and i == 0)
-            if res.measured_by["mode"] == "inprocess":
-                raw = child.run_job(job, workers.workdir)
-                pr = workers.adopt(ProcessResult.from_wire(raw, pid=int(raw.get("pid", 0)), wall_s=0.0))
-            else:
-                pr = workers.measure(job, fork=res.measured_by["mode"] == "fork")
-            if pr.skip:
-                res.skip = pr.skip
-            elif pr.error:
-                res.error, res.detail = pr.error, pr.detail
-            else:
-                res.processes.append(pr)
-            if progress:
-                progress(n, len(jobs), cell.id, pr)
+        scheduler.run(workers, jobs, rng, modes=modes, skip=failed, progress=collect)
     finally:
         workers.close()
     for res in results.values():

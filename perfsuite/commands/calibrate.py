@@ -49,11 +49,12 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from perfsuite import scheduler
     from perfsuite.gate.policy import PolicyError, load_config
     from perfsuite.progress import Progress
     from perfsuite.serve import calibrate as serve_calibrate
     from perfsuite.worker import pool
-    from perfsuite.worker.job import METRICS, cell_from_dict, make_job
+    from perfsuite.worker.job import METRICS, cell_from_dict
 
     check_locations((args.json, "--json", "file"), cache=True)
     if args.runs < 2:
@@ -93,21 +94,19 @@ def main(args: argparse.Namespace) -> int:
         for r in range(args.runs):
             if r and gap:
                 time.sleep(gap)
-            jobs = [(c, i) for c in cells for i in range(workers)]
-            rng.shuffle(jobs)
-            for k, (c, i) in enumerate(jobs, 1):
-                metrics = list(METRICS)
-                rng.shuffle(metrics)
-                job = make_job(c, metrics, generations=plan["generations"], warmup=plan["warmup_generations"],
-                               cache_dir=None, index=i)
-                pr = workers_pool.measure(job, fork=pool.forkable(c.backend))
+            jobs = [scheduler.Job(c, METRICS, plan["generations"], plan["warmup_generations"], index=i)
+                    for c in cells for i in range(workers)]
+
+            def collect(k: int, total: int, job: scheduler.Job, pr: Any, r: int = r) -> None:
                 if pr.skip or pr.error:
-                    raise UsageError(f"{c.id}: {pr.skip or pr.error}")
+                    raise UsageError(f"{job.cell.id}: {pr.skip or pr.error}")
                 walls.append(pr.wall_s)
                 for m in METRICS:
                     gen = pr.metrics[m].samples[f"{m}_ms"]
-                    values[c.id][m][r].append((float(np.median(gen)), list(gen)))
-                prog.update(f"run {r + 1}/{args.runs}, process {k}/{len(jobs)}")
+                    values[job.cell.id][m][r].append((float(np.median(gen)), list(gen)))
+                prog.update(f"run {r + 1}/{args.runs}, process {k}/{total}")
+
+            scheduler.run(workers_pool, jobs, rng, progress=collect)
     prog.done()
     report = decompose(values, config, workers, float(np.mean(walls)))
     lines = format_report(report)

@@ -38,7 +38,7 @@ def options_hash(cell: Cell) -> str:
 
 def make_job(cell: Cell, metrics: list[str], *, generations: int, warmup: int, cache_dir: str | None,
              index: int = 0, label: str = "", cprofile: bool = False) -> dict[str, Any]:
-    """``metrics`` are run in the given order (the coordinator randomizes it)."""
+    """The wire form of one job (perfsuite.scheduler.Job.wire); the worker measures ``metrics`` in one loop."""
     bad = [m for m in metrics if m not in METRICS]
     if bad or not metrics:
         raise ValueError(f"metrics must be a non-empty subset of {METRICS}, got {metrics}")
