@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from perfsuite import baselines, runner_class
+from perfsuite import baselines, pbcompat, runner_class
 from perfsuite import config as cfg
 from perfsuite.session import SESSION_KEY, PerfSession
 
@@ -205,15 +205,8 @@ def _setup_gate(session: PerfSession, runs: list[dict[str, Any]]) -> None:
 
 def _after_benchmark_configure(config: pytest.Config, session: PerfSession) -> None:
     """After pytest-benchmark's configure: give its session our machine id, then load the comparison."""
-    bs = getattr(config, "_benchmarksession", None)
-    if bs is None or _COMPARE_KEY not in config.stash:
-        return
-    bs.machine_id = session.runner_class
-    bs.storage.default_machine_id = session.runner_class
-    compare = config.stash[_COMPARE_KEY]
-    config.option.benchmark_compare = compare
-    bs.compare = compare
-    bs.handle_loading()
+    if _COMPARE_KEY in config.stash:
+        pbcompat.load_comparison(config, session.runner_class, config.stash[_COMPARE_KEY])
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
@@ -271,9 +264,8 @@ def perf_measurements(request: pytest.FixtureRequest, perf_session: PerfSession)
 
     plan = harness.plan_from_items(request.session.items)
     config = request.config
-    bs = getattr(config, "_benchmarksession", None)
-    once = bool(bs is not None and bs.disabled)
-    cprofile = bool(bs is not None and bs.options.get("cprofile"))
+    once = pbcompat.session_disabled(config)
+    cprofile = pbcompat.session_cprofile(config)
     tr = config.pluginmanager.get_plugin("terminalreporter")
     capman = config.pluginmanager.get_plugin("capturemanager")
     total_w = sum(1 if once else perf_session.settings.workers_for(c.backend) or 1 for c in plan.cells)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from perfsuite import pbcompat
 from perfsuite.config import Settings
 
 
@@ -45,7 +46,7 @@ class PerfSession:
             warnings.warn(GateIncomparable(f"perfsuite gate: {nodeid.split('::')[-1]}: {self.confirm.foreign}"),
                           stacklevel=2)
             return
-        verdicts = self.gate.check(nodeid, benchmark.extra_info, benchmark.stats.stats.as_dict())
+        verdicts = self.gate.check(nodeid, benchmark.extra_info, pbcompat.stats_dict(benchmark))
         msg = self.gate.failure_message(verdicts)
         unsure = self.gate.inconclusive_message(nodeid, verdicts)
         if self.confirm is not None:  # a screened regression counts only once an A/B on this machine confirms it
