@@ -1,12 +1,12 @@
 """From collected perf tests to recorded benchmarks: plan the session's measurement, have worker processes do it,
 hand each test its values.
 
-Path: the session-scoped ``perf_measurements`` fixture (perfsuite.plugin) calls :func:`measure_plan` once: every
-selected cell in ``worker_processes`` fresh worker processes each (perfsuite.worker), in a random interleaved order,
-each process running one timed generation loop for all of its cell's selected tests (perfsuite.measure) -> the
-``perf`` fixture hands each test a :class:`PerfRun`, whose :meth:`PerfRun.run` puts the workers' rounds into the test's
-pytest-benchmark fixture (its statistics and JSON stay per token), fills ``extra_info`` (pooled samples, one entry
-per process, how it was measured) and asks the gate for a verdict.
+Path: the session-scoped ``perf_measurements`` fixture (perfsuite.plugin -> pytest_session.measure) calls
+:func:`measure_plan` once: every selected cell in ``worker_processes`` fresh worker processes each (perfsuite.worker),
+in a random interleaved order, each process running one timed generation loop for all of its cell's selected tests
+(perfsuite.measure) -> the ``perf`` fixture hands each test a :class:`PerfRun`, whose :meth:`PerfRun.run` puts the
+workers' rounds into the test's pytest-benchmark fixture (its statistics and JSON stay per token), fills
+``extra_info`` (pooled samples, one entry per process, how it was measured) and asks the gate for a verdict.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfsuite import pbcompat
+from perfsuite import pbcompat, pytest_session
 from perfsuite.cells import Cell
 from perfsuite.worker.job import METRICS, ProcessResult, options_hash
 
@@ -228,7 +228,7 @@ class PerfRun:
             import pstats
 
             pbcompat.set_cprofile_stats(benchmark, pstats.Stats(prof))
-        self.session.gate_check(request.node.nodeid, benchmark)
+        pytest_session.enforce(self.session.gate_check(request.node.nodeid, benchmark))
         return info
 
 

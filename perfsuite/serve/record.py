@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
-from perfsuite import pbcompat
+from perfsuite import pbcompat, pytest_session
 from perfsuite.serve.cell import BACKEND, CellRuns, ServeCell, ServingConfig
 
 if TYPE_CHECKING:
@@ -111,5 +111,5 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
         return info
     pbcompat.record_rounds(benchmark, [v / 1e3 for v in values],
                            "perfsuite serving cell (vLLM OpenAI server under load)")
-    session.gate_check(request.node.nodeid, benchmark)
+    pytest_session.enforce(session.gate_check(request.node.nodeid, benchmark))
     return info
