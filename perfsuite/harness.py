@@ -1,12 +1,12 @@
 """From collected perf tests to recorded benchmarks: plan the session's measurement, have worker processes do it,
 hand each test its values.
 
-Path: the session-scoped ``perf_measurements`` fixture (perfsuite.plugin) calls :func:`measure_plan` once: every
-selected cell in ``worker_processes`` fresh worker processes each (perfsuite.worker), in a random interleaved order,
-each process running one timed generation loop for all of its cell's selected tests (perfsuite.measure) -> the
-``perf`` fixture hands each test a :class:`PerfRun`, whose :meth:`PerfRun.run` puts the workers' rounds into the test's
-pytest-benchmark fixture (its statistics and JSON stay per token), fills ``extra_info`` (pooled samples, one entry
-per process, how it was measured) and asks the gate for a verdict.
+Path: the session-scoped ``perf_measurements`` fixture (perfsuite.plugin -> pytest_session.measure) calls
+:func:`measure_plan` once: every selected cell in ``worker_processes`` fresh worker processes each (perfsuite.worker),
+in a random interleaved order, each process running one timed generation loop for all of its cell's selected tests
+(perfsuite.measure) -> the ``perf`` fixture hands each test a :class:`PerfRun`, whose :meth:`PerfRun.run` puts the
+workers' rounds into the test's pytest-benchmark fixture (its statistics and JSON stay per token), fills
+``extra_info`` (pooled samples, one entry per process, how it was measured) and asks the gate for a verdict.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from perfsuite import pbcompat, pytest_session
 from perfsuite.cells import Cell
 from perfsuite.worker.job import METRICS, ProcessResult, options_hash
 
@@ -153,14 +154,10 @@ def measure_peaks(session: PerfSession, plan: Plan) -> dict[str, Any] | None:
 def record_rounds(benchmark: Any, rounds_s: Sequence[float]) -> None:
     """Put rounds timed in worker processes into a pytest-benchmark fixture.
 
-    pytest-benchmark has no public API for values timed elsewhere; this is the one place that touches its private
-    ``_make_stats``/``_mode`` (tests/unit/test_harness.py pins the behaviour, so an upgrade that changes them fails
-    there first).
+    pytest-benchmark has no public API for values timed elsewhere: perfsuite.pbcompat owns its private names
+    (tests/unit/test_pbcompat.py pins them, so an upgrade that changes them fails there first).
     """
-    benchmark._mode = "perfsuite worker processes"
-    stats = benchmark._make_stats(1)
-    for d in rounds_s:
-        stats.update(float(d))
+    pbcompat.record_rounds(benchmark, rounds_s, "perfsuite worker processes")
 
 
 def process_entry(p: ProcessResult, metric: str) -> dict[str, Any]:
@@ -219,18 +216,18 @@ class PerfRun:
         info.update(self._roofline(info))
         info["first_tokens"] = first
         info["tokens_agree"] = all(p.metrics[metric].first_tokens == first for p in procs)
-        if getattr(benchmark, "disabled", False):
-            benchmark._mode = "perfsuite worker processes (pytest-benchmark disabled: nothing timed)"
+        if pbcompat.is_disabled(benchmark):
+            pbcompat.set_mode(benchmark, "perfsuite worker processes (pytest-benchmark disabled: nothing timed)")
             self.session.notes.append(f"perfsuite: {request.node.nodeid}: pytest-benchmark is disabled; the workload "
                                       "ran once in a worker process and nothing was timed")
             return info
         record_rounds(benchmark, [r for p in procs for r in p.metrics[metric].rounds_s])
         prof = procs[0].metrics[metric].cprofile_path
-        if prof and getattr(benchmark, "cprofile", False):
+        if prof and pbcompat.wants_cprofile(benchmark):
             import pstats
 
-            benchmark.stats.cprofile_stats = pstats.Stats(prof)
-        self.session.gate_check(request.node.nodeid, benchmark)
+            pbcompat.set_cprofile_stats(benchmark, pstats.Stats(prof))
+        pytest_session.enforce(self.session.gate_check(request.node.nodeid, benchmark))
         return info
 
 

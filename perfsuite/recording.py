@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from perfsuite import baselines
+from perfsuite import baselines, pbcompat
 from perfsuite.session import PerfSession
 
 
@@ -33,10 +33,8 @@ def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool) -> boo
         if refusal:
             ps.notes.append(refusal)
             return False
-        from pytest_benchmark.utils import get_tag
-
         try:
-            path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{get_tag()}",
+            path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{pbcompat.get_tag()}",
                                        baselines_dir=ps.settings.config.baselines_dir)
         except (OSError, baselines.BaselineError) as exc:
             keep = True

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from perfsuite import pbcompat
 from perfsuite.config import Settings
 
 
@@ -36,26 +36,33 @@ class PerfSession:
 
         return baselines.class_dir(self.settings.config.baselines_dir, self.runner_class)
 
-    def gate_check(self, nodeid: str, benchmark: Any) -> None:
-        """Fail the calling test itself when the gate finds a significant regression beyond its threshold; an
-        inconclusive verdict is a visible warning (with the A/B that would settle it), or a failure when asked."""
+    def gate_check(self, nodeid: str, benchmark: Any) -> GateOutcome:
+        """What the gate makes of the calling test: a failure when it finds a significant regression beyond its
+        threshold; an inconclusive verdict is a warning (with the A/B that would settle it), or a failure when
+        asked. The caller raises it in the test (perfsuite.pytest_session.enforce)."""
         if self.gate is None:
-            return
+            return GateOutcome()
         if self.confirm is not None and self.confirm.foreign:
-            warnings.warn(GateIncomparable(f"perfsuite gate: {nodeid.split('::')[-1]}: {self.confirm.foreign}"),
-                          stacklevel=2)
-            return
-        verdicts = self.gate.check(nodeid, benchmark.extra_info, benchmark.stats.stats.as_dict())
+            return GateOutcome(warnings=[
+                GateIncomparable(f"perfsuite gate: {nodeid.split('::')[-1]}: {self.confirm.foreign}")])
+        verdicts = self.gate.check(nodeid, benchmark.extra_info, pbcompat.stats_dict(benchmark))
         msg = self.gate.failure_message(verdicts)
         unsure = self.gate.inconclusive_message(nodeid, verdicts)
         if self.confirm is not None:  # a screened regression counts only once an A/B on this machine confirms it
             msg, unsure = self.confirm.review(nodeid, verdicts, msg, unsure)
         if msg:
-            pytest.fail(msg, pytrace=False)
+            return GateOutcome(failure=msg)
         if unsure and self.fail_on_inconclusive:
-            pytest.fail(unsure + "\n  (failing because of --perf-fail-on-inconclusive)", pytrace=False)
-        if unsure:
-            warnings.warn(GateInconclusive(unsure), stacklevel=2)
+            return GateOutcome(failure=unsure + "\n  (failing because of --perf-fail-on-inconclusive)")
+        return GateOutcome(warnings=[GateInconclusive(unsure)] if unsure else [])
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """The gate's word on one test: fail it with ``failure``, else pass it with ``warnings``."""
+
+    failure: str | None = None
+    warnings: list[Warning] = field(default_factory=list)
 
 
 class GateInconclusive(UserWarning):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
+from perfsuite import pbcompat, pytest_session
 from perfsuite.serve.cell import BACKEND, CellRuns, ServeCell, ServingConfig
 
 if TYPE_CHECKING:
@@ -57,7 +58,6 @@ def prometheus_problem(runs: CellRuns) -> str | None:
 def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark: Any,
            request: pytest.FixtureRequest) -> dict[str, Any]:
     from perfsuite.gate import stats
-    from perfsuite.harness import record_rounds
 
     metric = METRIC_OF_TEST[request.node.originalname]
     cell = runs.cell
@@ -106,10 +106,10 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
     info["measured_by"] = {"profile": session.settings.profile.name, "generations": p.num_requests,
                            "warmup_generations": p.warmup, "worker_processes": conf.server_starts,
                            "mode": "server", "options_hash": cell.as_dict()["options_hash"], "backend": BACKEND}
-    if getattr(benchmark, "disabled", False):
-        benchmark._mode = "perfsuite serving cell (pytest-benchmark disabled: nothing recorded)"
+    if pbcompat.is_disabled(benchmark):
+        pbcompat.set_mode(benchmark, "perfsuite serving cell (pytest-benchmark disabled: nothing recorded)")
         return info
-    record_rounds(benchmark, [v / 1e3 for v in values])
-    benchmark._mode = "perfsuite serving cell (vLLM OpenAI server under load)"
-    session.gate_check(request.node.nodeid, benchmark)
+    pbcompat.record_rounds(benchmark, [v / 1e3 for v in values],
+                           "perfsuite serving cell (vLLM OpenAI server under load)")
+    pytest_session.enforce(session.gate_check(request.node.nodeid, benchmark))
     return info

@@ -1,0 +1,72 @@
+"""PerfSession.gate_check says what happened (a GateOutcome); pytest_session.enforce raises it in the calling test."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from perfsuite import pytest_session
+from perfsuite.session import GateIncomparable, GateInconclusive, GateOutcome, PerfSession
+
+NODE = "tests/perf/test_latency.py::test_tpot[c]"
+
+
+class FakeGate:
+    def __init__(self, fail: str | None = None, unsure: str | None = None) -> None:
+        self.fail, self.unsure = fail, unsure
+        self.seen: tuple[Any, ...] = ()
+
+    def check(self, nodeid: str, extra_info: dict[str, Any], stats: dict[str, Any]) -> list[str]:
+        self.seen = (nodeid, extra_info, stats)
+        return ["verdict"]
+
+    def failure_message(self, verdicts: list[str]) -> str | None:
+        return self.fail
+
+    def inconclusive_message(self, nodeid: str, verdicts: list[str]) -> str | None:
+        return self.unsure
+
+
+def session(gate: Any = None, *, strict: bool = False, confirm: Any = None) -> PerfSession:
+    return PerfSession(SimpleNamespace(), {}, gate=gate, fail_on_inconclusive=strict,  # type: ignore[arg-type]
+                       confirm=confirm)
+
+
+BENCH = SimpleNamespace(extra_info={"metric": "tpot"},
+                        stats=SimpleNamespace(stats=SimpleNamespace(as_dict=lambda: {"median": 0.002})))
+
+
+def test_no_gate_nothing_happens() -> None:
+    out = session().gate_check(NODE, BENCH)
+    assert out == GateOutcome()
+    pytest_session.enforce(out)
+
+
+def test_the_gate_sees_the_recorded_statistics_and_a_regression_fails_the_test() -> None:
+    gate = FakeGate(fail="perfsuite gate: significant regression")
+    out = session(gate).gate_check(NODE, BENCH)
+    assert gate.seen == (NODE, {"metric": "tpot"}, {"median": 0.002})
+    assert out == GateOutcome(failure="perfsuite gate: significant regression")
+    with pytest.raises(pytest.fail.Exception, match="significant regression"):
+        pytest_session.enforce(out)
+
+
+def test_inconclusive_warns_at_the_callers_line_or_fails_when_asked() -> None:
+    out = session(FakeGate(unsure="undecided, MDE 3%")).gate_check(NODE, BENCH)
+    assert out.failure is None and [type(w) for w in out.warnings] == [GateInconclusive]
+    with pytest.warns(GateInconclusive, match="undecided, MDE 3%") as rec:
+        pytest_session.enforce(out)
+    assert rec[0].filename == __file__
+    strict = session(FakeGate(unsure="undecided, MDE 3%"), strict=True).gate_check(NODE, BENCH)
+    assert strict.failure == "undecided, MDE 3%\n  (failing because of --perf-fail-on-inconclusive)"
+    assert not strict.warnings
+
+
+def test_other_hardware_is_incomparable_and_never_checked() -> None:
+    gate = FakeGate(fail="never asked")
+    out = session(gate, confirm=SimpleNamespace(foreign="incomparable: other CPU")).gate_check(NODE, BENCH)
+    assert gate.seen == () and out.failure is None
+    (w,) = out.warnings
+    assert isinstance(w, GateIncomparable) and str(w) == "perfsuite gate: test_tpot[c]: incomparable: other CPU"
