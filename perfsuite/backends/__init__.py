@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfsuite.backends.base import Backend, MemoryStats, StepResult
@@ -31,9 +32,11 @@ def known_backends() -> tuple[str, ...]:
     return tuple(BACKENDS)
 
 
-def create(cell: Cell) -> Backend:
-    """Instantiate the backend of a cell; raises KeyError for an unknown name (config validation runs first)."""
+def create(cell: Cell, cache_dir: Path | None = None) -> Backend:
+    """Instantiate the backend of a cell (resolved: ``cell.model_dir`` set, before ``load()``); ``cache_dir``: where
+    derived artefacts such as ONNX exports go (None: beside the model). Raises KeyError for an unknown name (config
+    validation runs first)."""
     module_name, _, cls_name = BACKENDS[cell.backend].partition(":")
     cls = getattr(importlib.import_module(module_name), cls_name)
-    backend: Backend = cls(cell)
+    backend: Backend = cls(cell, cache_dir=cache_dir)
     return backend

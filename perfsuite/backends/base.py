@@ -33,9 +33,17 @@ class StepResult:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What every backend implements. One instance serves one cell (backend x model x dtype x scenario)."""
+    """What every backend implements. One instance serves one cell (backend x model x dtype x scenario), built from
+    the resolved cell (``cell.model_dir`` set) and the session's cache folder: ``cls(cell, cache_dir=...)``.
+
+    ``timed_metrics``: the tests whose rounds this backend times honestly (perfsuite.vocabulary.TIMED for a backend
+    that exposes prefill and decode steps; ``("e2el",)`` for one that only times whole generations)."""
 
     name: str
+    timed_metrics: tuple[str, ...]
+
+    def metric_unavailable(self, metric: str) -> str | None:
+        """``None`` if this backend times ``metric`` (ttft | tpot | e2el) honestly, else why not (the test skips)."""
 
     def availability(self) -> str | None:
         """``None`` if this backend can run the cell here, else a human reason naming what is missing.
@@ -64,3 +72,12 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Free everything; after this no process or device memory of the backend remains."""
+
+
+class StepBackend:
+    """Defaults for a backend that exposes real prefill and decode steps: every test is timed honestly."""
+
+    timed_metrics: tuple[str, ...] = ("ttft", "tpot", "e2el")
+
+    def metric_unavailable(self, metric: str) -> str | None:
+        return None

@@ -6,12 +6,13 @@ The same code runs on ROCm: a HIP build of torch exposes the GPU as ``cuda`` (``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from perfsuite import memory
-from perfsuite.backends.base import MemoryStats, StepResult
+from perfsuite.backends.base import MemoryStats, StepBackend, StepResult
 from perfsuite.cells import Cell
 
 
@@ -21,8 +22,8 @@ class _State:
     last: torch.Tensor  # [B] last generated token, on the device
 
 
-class TorchBackend:
-    def __init__(self, cell: Cell) -> None:
+class TorchBackend(StepBackend):
+    def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         self.cell = cell
         self.name = cell.backend
         self.compile = cell.backend == "torch-compile"

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from perfsuite.backends.base import StepResult
@@ -78,8 +79,8 @@ class _Gen:
 # ---------------------------------------------------------------------------------------------- the step backend
 
 class VllmBackend(EngineBackend):
-    def __init__(self, cell: Cell) -> None:
-        super().__init__(cell)
+    def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
+        super().__init__(cell, cache_dir)
         self.engine: Any = None
         self._gen: _Gen | None = None
         self._gen_counter = 0

@@ -13,10 +13,11 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from perfsuite import memory
-from perfsuite.backends.base import MemoryStats
+from perfsuite.backends.base import MemoryStats, StepBackend
 from perfsuite.backends.vllm_common import (
     VllmEngineError,
     VllmWorkerDied,
@@ -206,11 +207,11 @@ def shutdown_engine(engine: Any, procs: EngineProcesses) -> list[int]:
     return procs.reap()
 
 
-class EngineBackend:
+class EngineBackend(StepBackend):
     """What both vLLM backends do around their engine: start it under the cell's environment recording the processes
     it starts, end them if ``load()`` fails after the start, and report memory over all of them."""
 
-    def __init__(self, cell: Cell) -> None:
+    def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         self.cell = cell
         self.name = cell.backend
         self._procs = EngineProcesses()

@@ -19,6 +19,7 @@ must be skipped.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from perfsuite.backends.base import StepResult
@@ -46,8 +47,8 @@ class _Done:
 class VllmLlmBackend(EngineBackend):
     timed_metrics = TIMED_METRICS
 
-    def __init__(self, cell: Cell) -> None:
-        super().__init__(cell)
+    def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
+        super().__init__(cell, cache_dir)
         self.llm: Any = None
         self._sp: Any = None
 

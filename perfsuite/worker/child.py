@@ -41,15 +41,12 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
     cell = cell_from_dict(job["cell"])
     cache = Path(job["cache_dir"]) if job.get("cache_dir") else None
     fraction = inject.fraction_from_env()  # a bad value is an error before anything loads
-    inner = create(cell)
-    reason = inner.availability()
+    reason = create(cell).availability()  # cheap, before the model is materialised
     if reason:
         return {"skip": f"{cell.backend}: {reason}"}
     resolved = models.resolve(cell.model, cache)
     cell = dataclasses.replace(cell, model_dir=resolved.path)
-    inner.cell = cell  # type: ignore[attr-defined]
-    if cache is not None and hasattr(inner, "cache_dir"):
-        inner.cache_dir = cache  # derived artefacts (ONNX exports) beside the models
+    inner = create(cell, cache)  # built from the resolved cell; derived artefacts (ONNX exports) go under cache
     backend = inject.SlowedDecode(inner, fraction) if fraction > 0 else inner
     sc = cell.scenario
     prompts = models.prompts(sc.batch_size, sc.prompt_tokens, resolved.vocab_size, cell.seed)
@@ -62,7 +59,7 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
     try:
         wanted = []
         for metric in job["metrics"]:
-            why = getattr(backend, "metric_unavailable", lambda _m: None)(metric)
+            why = backend.metric_unavailable(metric)
             if why:  # e.g. vllm-llm times whole generate() calls: it has no honest TTFT/TPOT
                 skipped[metric] = why
             else:
@@ -78,12 +75,12 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
         memory = backend.memory_stats().as_dict()
         if sampler is not None:
             memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
-        timed = getattr(backend, "timed_metrics", None)
+        timed = backend.timed_metrics
         for metric, m in measured.items():
             prof = _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job) if job.get("cprofile") \
                 else None
             samples = m.samples
-            if timed is not None and metric == "e2el" and "ttft" not in timed:
+            if metric == "e2el" and "ttft" not in timed:
                 # whole-call timing (vllm-llm): the per-token parts inside it are not real TTFT/ITL values
                 samples = {k: v for k, v in samples.items() if k == "e2el_ms"}
             out[metric] = {"rounds_s": m.rounds_s, "samples": samples, "generated_tokens": m.generated_tokens,

@@ -142,11 +142,12 @@ def test_a_syntax_error_in_a_tree_names_file_line_and_fix(trees: tuple[Path, Pat
     a, _ = trees
     b = make_tree(tmp_path / "b")
     src = (b / module).read_text().splitlines(keepends=True)
-    src.insert(20, "def broken(:\n")
+    at = next(i for i, line in enumerate(src) if i >= 15 and line.startswith(("def ", "class ", "@")))  # top level
+    src.insert(at, "def broken(:\n")
     (b / module).write_text("".join(src))
     assert cli(["ab", "--a", str(a), "--b", str(b)]) == 2
     err = one_line_error(capsys)
-    assert f"side B: {b / module}, line 21: SyntaxError" in err and "fix the syntax error in that tree" in err, err
+    assert f"side B: {b / module}, line {at + 1}: SyntaxError" in err and "fix the syntax error in that tree" in err, err
     assert "install" not in err
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite import memory
-from perfsuite.backends.base import MemoryStats, StepResult
+from perfsuite.backends.base import MemoryStats, StepBackend, StepResult
 from perfsuite.backends.onnxruntime import export as ex
 from perfsuite.backends.onnxruntime import providers as pv
 from perfsuite.backends.onnxruntime import runners
@@ -59,8 +59,8 @@ def capture_stderr_fd() -> Iterator[list[str]]:
             out[0] = tmp.read().decode("utf-8", "replace")
 
 
-class OrtBackend:
-    def __init__(self, cell: Cell) -> None:
+class OrtBackend(StepBackend):
+    def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         self.cell = cell
         self.name = cell.backend
         self.sess: Any = None
@@ -69,7 +69,7 @@ class OrtBackend:
         self.quantized: ex.ExportResult | None = None
         self._info: dict[str, Any] = {}
         self.runner: runners.DynamicRunner | runners.StaticRunner | None = None
-        self.cache_dir: Path | None = None  # the session's [tool.perfsuite] cache_dir; None: perfsuite.cache.root_for
+        self.cache_dir = cache_dir  # the session's [tool.perfsuite] cache_dir; None: perfsuite.cache.root_for
 
     # ------------------------------------------------------------------------------------------- protocol
     def availability(self) -> str | None:
