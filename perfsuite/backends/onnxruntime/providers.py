@@ -90,6 +90,16 @@ def _version_tuple(version: str) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
+def _arena(options: dict[str, Any]) -> dict[str, str]:
+    """The device-memory arena options shared by the ROCm and CUDA execution providers."""
+    out: dict[str, str] = {}
+    if "mem_limit" in options:
+        out["gpu_mem_limit"] = str(int(options["mem_limit"]))
+    if "arena_extend_strategy" in options:
+        out["arena_extend_strategy"] = str(options["arena_extend_strategy"])
+    return out
+
+
 def _flag(value: Any) -> str:
     return "1" if bool(value) and str(value).lower() not in ("0", "false", "no", "off") else "0"
 
@@ -258,18 +268,12 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
         po["device_id"] = str(device_id)
         po["tunable_op_enable"] = _flag(options.get("tunable_op", False))
         po["tunable_op_tuning_enable"] = _flag(options.get("tunable_op_tuning", False))
-        if "mem_limit" in options:
-            po["gpu_mem_limit"] = str(int(options["mem_limit"]))
-        if "arena_extend_strategy" in options:
-            po["arena_extend_strategy"] = str(options["arena_extend_strategy"])
+        po.update(_arena(options))
         if options.get("enable_graph"):
             po["enable_hip_graph"] = "1"
     elif ep == "CUDAExecutionProvider":
         po["device_id"] = str(device_id)
-        if "mem_limit" in options:
-            po["gpu_mem_limit"] = str(int(options["mem_limit"]))
-        if "arena_extend_strategy" in options:
-            po["arena_extend_strategy"] = str(options["arena_extend_strategy"])
+        po.update(_arena(options))
         if "cudnn_conv_algo_search" in options:
             po["cudnn_conv_algo_search"] = str(options["cudnn_conv_algo_search"])
         if "use_tf32" in options:
