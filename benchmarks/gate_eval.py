@@ -180,15 +180,16 @@ def _parse_plan(plan: str) -> list[dict[str, Any]]:
         f = part.strip().split(":")
         if f[0] == "ab" and len(f) == 4:
             items.append({"kind": "ab", "tree": f[1], "budget": f[2], "n": int(f[3])})
-        elif f[0] == "pytest" and len(f) == 3:
-            items.append({"kind": "pytest", "tree": f[1], "n": int(f[2])})
+        elif f[0] in ("pytest", "pytestci") and len(f) == 3:  # pytestci: with --perf-confirm-inconclusive
+            items.append({"kind": "pytest", "tree": f[1], "n": int(f[2]), "ci": f[0] == "pytestci"})
         else:
             sys.exit(f"bad plan item {part!r}: ab:<tree>:<budget>:<n> or pytest:<tree>:<n>")
     return items
 
 
 def _key(item: dict[str, Any]) -> str:
-    return f"{item['kind']}:{item['tree']}" + (f":{item['budget']}" if item["kind"] == "ab" else "")
+    kind = "pytestci" if item.get("ci") else item["kind"]
+    return f"{kind}:{item['tree']}" + (f":{item['budget']}" if item["kind"] == "ab" else "")
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -233,7 +234,8 @@ def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
         proc = subprocess.run([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
                                "-p", "no:randomly", "-p", "no:cacheprovider", "--benchmark-compare",
                                "--benchmark-compare-fail=median:5%", f"--perf-gate-json={gate_json}",
-                               f"--benchmark-json={run_json}"],
+                               f"--benchmark-json={run_json}", *(["--perf-confirm-inconclusive"] if item.get("ci")
+                                                                 else [])],
                               cwd=tree, env=_env(tree), capture_output=True, text=True)
         wall = time.monotonic() - t0
         verdicts = json.loads(gate_json.read_text()) if gate_json.exists() else []
@@ -385,6 +387,36 @@ def _drift_section(recs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _conditions_section(recs: list[dict[str, Any]]) -> list[str]:
+    """Every condition split by machine state (quiet / beside a co-tenant), with what the confirmation said and
+    what it cost: the run-fail rate is the product's verdict, the rest says why."""
+    lines = ["", "## By machine state: quiet vs beside a co-tenant busy process", "",
+             "| trial kind | tree | state | trials | run fails (gate) | confirmations: kinds | confirmation s (median / max) "
+             "| trial wall s (median / max) |", "|---|---|---|---|---|---|---|---|"]
+    for key in sorted({r["key"] for r in recs}):
+        for busy in (False, True):
+            rs = [r for r in recs if r["key"] == key and bool(r.get("cotenant")) == busy and r["rc"] in (0, 1)]
+            if not rs:
+                continue
+            fails = sum(bool(r.get("gate_failed")) if r["kind"] == "pytest" else r["rc"] == 1 for r in rs)
+            kinds: dict[str, int] = {}
+            secs: list[float] = []
+            for r in rs:
+                for c in (r.get("confirm") or {}).values():
+                    kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
+                secs += [float(run[1]) for run in r.get("confirm_runs") or []]
+            walls = [r["wall_s"] for r in rs]
+            kind, tree = key.split(":")[0], key.split(":", 1)[1]
+            lines.append(f"| {kind} | {tree} | {'co-tenant' if busy else 'quiet'} | {len(rs)} | "
+                         f"{_rate(fails, len(rs))} | " + (", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-")
+                         + f" | {statistics.median(secs):.0f} / {max(secs):.0f}" if secs else
+                         f"| {kind} | {tree} | {'co-tenant' if busy else 'quiet'} | {len(rs)} | "
+                         f"{_rate(fails, len(rs))} | " + (", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-")
+                         + " | -")
+            lines[-1] += f" | {statistics.median(walls):.0f} / {max(walls):.0f} |"
+    return lines
+
+
 def cmd_report(out: Path) -> None:
     recs = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     true = json.loads((out / "true_size.json").read_text()) if (out / "true_size.json").exists() else {}
@@ -414,11 +446,12 @@ def cmd_report(out: Path) -> None:
         kinds: dict[str, int] = {}
         for r in rs:
             kinds[r["kinds"].get("test_tpot", "none")] = kinds.get(r["kinds"].get("test_tpot", "none"), 0) + 1
-        lines.append(f"| {key.split(':')[1]} | {len(rs)} | {_rate(sum(bool(r['gate_failed']) for r in rs), len(rs))} | "
+        lines.append(f"| {key} | {len(rs)} | {_rate(sum(bool(r['gate_failed']) for r in rs), len(rs))} | "
                      f"{_rate(sum('test_tpot' in r['gate_failed'] for r in rs), len(rs))} | "
                      f"{_rate(sum(bool(r['pb_regressed']) for r in rs), len(rs))} | "
                      f"{_rate(sum('test_tpot' in r['pb_regressed'] for r in rs), len(rs))} | "
                      + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + " |")
+    lines += _conditions_section(recs)
     lines += _drift_section(recs)
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
