@@ -1,4 +1,5 @@
-"""Root conftest: pytester for the plugin's own tests, and the hypothesis profiles (ci, nightly, gpu-smoke).
+"""Root conftest: pytester for the plugin's own tests, the hypothesis profiles (ci, nightly, gpu-smoke), and Ctrl-C
+restored when the run was started with SIGINT ignored.
 
 The perfsuite plugin itself loads through its pytest11 entry point. Nothing of perfsuite is imported at module level
 here: pytest-benchmark's own CLI (``pytest-benchmark compare``) imports this file *before* it builds a pytest Config
@@ -15,6 +16,12 @@ pytest_plugins = ["pytester"]
 def pytest_configure(config: pytest.Config) -> None:
     """Before hypothesis' own configure: register our profiles (so ``--hypothesis-profile ci`` resolves) and load the
     selected one; hypothesis then applies ``--hypothesis-profile``, which still wins."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # A shell without job control starts background jobs with SIGINT ignored, and every child inherits that:
+        # the tests that press Ctrl-C on a child (a server, a tool, a worker, a run) would then wait for nothing.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     from perfsuite.ops.profiles import ProfileError, load_profile, register_profiles
 
     register_profiles()
