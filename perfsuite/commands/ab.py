@@ -41,6 +41,9 @@ def register(sub: Any) -> None:
                        help=f"interpreter of {up} (default: this one); it must import perfsuite from its tree")
         p.add_argument(f"--{side}-env", action="append", default=[], metavar="KEY=VALUE",
                        help=f"extra environment variable for {up}'s workers (repeatable)")
+    p.add_argument("--threads", choices=("auto", "cell"), default="auto",
+                   help="auto (default): when another process holds cores, both sides' workers run with "
+                   "OMP_NUM_THREADS = the free cores (perfsuite.cotenant); cell: every cell at its own default")
     p.add_argument("--budget", default="5m", help="wall-time budget, e.g. 90s, 2m, 1h (default 5m)")
     p.add_argument("--max-pairs", type=int, default=1000, help="stop after this many pairs (default 1000)")
     p.add_argument("--profile", default="smoke", help="profile whose cells and generations are used (default smoke)")
@@ -105,11 +108,15 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(args.config, alpha=args.alpha, ab_threshold=args.threshold, ab_margin=args.margin)
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
+    from perfsuite import cotenant
+
+    envs = {s: _env(getattr(args, f"{s}_env"), s) for s in ("a", "b")}
+    threads = cotenant.choose({s.upper(): dict(env) for s, env in envs.items()}, args.threads)
     sides = {}
     for s in ("a", "b"):
         tree = _tree(getattr(args, f"{s}_tree"), s)
         python = getattr(args, f"{s}_python") or sys.executable
-        sides[s] = pool.Side(tree, python, s.upper(), _env(getattr(args, f"{s}_env"), s))
+        sides[s] = pool.Side(tree, python, s.upper(), threads.env + envs[s])
         try:
             precheck.check_thread_env(sides[s].environ())
         except precheck.PreflightError as exc:
@@ -141,6 +148,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"perfsuite ab: A = {sides['a'].tree}, B = {sides['b'].tree}; {len(cells)} cell(s), {len(members)} gated "
           f"metric(s), alpha {config.alpha:g} (Bonferroni), regression beyond {config.ab_threshold:.1%}, "
           f"unchanged inside ±{config.ab_margin:.1%}, budget {budget:.0f} s", flush=True)
+    print(f"perfsuite ab: {threads.line}", flush=True)
 
     def decide(m: abloop.Member) -> tuple[str, str]:
         d = sequential.decide(m.cs, tau, eps)
@@ -173,7 +181,8 @@ def main(args: argparse.Namespace) -> int:
     result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
-              "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin, "budget_s": budget,
+              "threads": threads.as_dict(), "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
+              "budget_s": budget,
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
               "pairs": pairs, "verdicts": rows}
     if out_dir is not None:

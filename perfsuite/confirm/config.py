@@ -6,6 +6,8 @@
     confirm_session_budget = "10m" # cap for all cells of one session together (they share one A/B)
     on_unconfirmed = "fail"        # "fail" | "warn": a screened regression nobody could confirm or refute
     confirm_python = ""            # interpreter for A (the baseline's commit) when its library versions differ
+    confirm_threads = "auto"       # "auto": beside a co-tenant both sides run with fewer OpenMP threads
+                                   # (perfsuite.cotenant); "cell": every cell at its own default
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-KEYS = frozenset({"confirm", "confirm_budget", "confirm_session_budget", "on_unconfirmed", "confirm_python"})
+KEYS = frozenset({"confirm", "confirm_budget", "confirm_session_budget", "on_unconfirmed", "confirm_python",
+                  "confirm_threads"})
 ON_UNCONFIRMED = ("fail", "warn")
 
 
@@ -25,6 +28,7 @@ class ConfirmConfig:
     session_budget_s: float = 600.0
     on_unconfirmed: str = "fail"
     python: str | None = None
+    threads: str = "auto"  # perfsuite.cotenant.MODES
 
     def budget_for(self, n_cells: int) -> float:
         return min(self.budget_s * max(n_cells, 1), self.session_budget_s)
@@ -53,4 +57,8 @@ def parse(raw: Mapping[str, Any], error: Any) -> ConfirmConfig:
     python = raw.get("confirm_python", "") or None
     if python is not None and not isinstance(python, str):
         raise error("confirm_python", python, "a path to a python interpreter")
-    return ConfirmConfig(enabled, durations["confirm_budget"], durations["confirm_session_budget"], policy, python)
+    threads = raw.get("confirm_threads", "auto")
+    if threads not in ("auto", "cell"):
+        raise error("confirm_threads", threads, "auto | cell")
+    return ConfirmConfig(enabled, durations["confirm_budget"], durations["confirm_session_budget"], policy, python,
+                         threads)

@@ -43,6 +43,7 @@ class Confirmation:
     probe: list[str] = field(default_factory=list)
     findings: dict[tuple[str, str], decision.Finding] = field(default_factory=dict)
     summary: list[str] = field(default_factory=list)
+    threads: Any = None  # the cotenant.ThreadChoice of the A/B, once one ran
 
     # --------------------------------------------------------------------------------------------- per test
     def review(self, nodeid: str, verdicts: Sequence[Any], fail_msg: str | None, unsure_msg: str | None
@@ -91,6 +92,8 @@ class Confirmation:
             found = {(t.nodeid, t.metric): decision.Finding("unconfirmed", t.metric, reason=str(exc))
                      for t in targets}
         self.findings.update(found)
+        if self.threads is not None and self.threads.threads is not None:
+            self.summary.append("confirm " + self.threads.line)
         for (nodeid, metric), f in found.items():
             self.summary.append(f"confirm {nodeid.split('::')[-1]} {metric}: {f.kind}"
                                 + (f" (B/A {_pct(f.change)} [{_pct(f.ci_low)}, {_pct(f.ci_high)}], {f.pairs} "
@@ -123,10 +126,15 @@ class Confirmation:
                                 "--perf-confirm-python PATH")
         rel = src.relative_to(top)
         wanted = {(t.cell_id, t.test_metric, t.metric) for t in targets}
+        from perfsuite import cotenant
+
+        threads = cotenant.choose({"A": {}, "B": {}}, self.config.threads)  # before git checks A out
+        say(f"perfsuite confirm: {threads.line}")
+        self.threads = threads
         t0 = time.monotonic()
         with temporary_worktree(top, sha) as wt:
-            sides = {"a": pool.Side(wt / rel, python or sys.executable, "A"),
-                     "b": pool.Side(src, sys.executable, "B")}
+            sides = {"a": pool.Side(wt / rel, python or sys.executable, "A", threads.env),
+                     "b": pool.Side(src, sys.executable, "B", threads.env)}
             by_id = {c.id: c for c in ps.settings.cells()}
             args = {"profile": ps.settings.profile.name, "device": ps.settings.device,
                     "backend": ",".join(sorted({by_id[c].backend for c in cells})),
@@ -156,7 +164,7 @@ class Confirmation:
             " temporary worktree removed")
         by_key = {(m.cell_id, m.test_metric, m.metric): m for m in mems}
         return {(t.nodeid, t.metric): finding(t, by_key[(t.cell_id, t.test_metric, t.metric)], sha, run.elapsed_s,
-                                              gate.config.power)
+                                              gate.config.power, threads.threads)
                 if (t.cell_id, t.test_metric, t.metric) in by_key else decision.Finding(
                     "unconfirmed", t.metric, reason="no statistical A/B policy covers it") for t in targets}
 
@@ -195,7 +203,8 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:+.1f}%"
 
 
-def finding(t: Target, m: Any, sha: str, elapsed: float, power: float) -> decision.Finding:
+def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: int | None = None
+            ) -> decision.Finding:
     from perfsuite.gate import sequential
     from perfsuite.gate.values import trimmed_log_mean
 
@@ -207,7 +216,7 @@ def finding(t: Target, m: Any, sha: str, elapsed: float, power: float) -> decisi
     return decision.Finding(kind, t.metric, change=math.expm1(m.cs.estimate()) if m.cs.n else None,
                             ci_low=math.expm1(lo), ci_high=math.expm1(hi), pairs=m.cs.n,
                             mde=math.expm1(mde) if math.isfinite(mde) else None, drift=drift, a_value=a_level,
-                            baseline_value=t.baseline_value, commit=sha, elapsed_s=elapsed)
+                            baseline_value=t.baseline_value, commit=sha, elapsed_s=elapsed, threads=threads)
 
 
 def baseline_commit(runs: Sequence[Mapping[str, Any]]) -> str:

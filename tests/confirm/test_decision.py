@@ -93,8 +93,8 @@ def test_drift_text_without_levels() -> None:
 
 def test_config_keys() -> None:
     cfg = parse_config({"confirm_budget": "90s", "confirm_session_budget": "4m", "on_unconfirmed": "warn",
-                        "confirm_python": "/opt/a/bin/python"}).confirm
-    assert cfg == ConfirmConfig(True, 90.0, 240.0, "warn", "/opt/a/bin/python")
+                        "confirm_python": "/opt/a/bin/python", "confirm_threads": "cell"}).confirm
+    assert cfg == ConfirmConfig(True, 90.0, 240.0, "warn", "/opt/a/bin/python", "cell")
     assert cfg.budget_for(1) == 90 and cfg.budget_for(5) == 240  # per cell, capped per session
     assert parse_config({}).confirm == ConfirmConfig()
     assert ConfirmConfig().budget_s <= 180
@@ -103,7 +103,8 @@ def test_config_keys() -> None:
 @pytest.mark.parametrize(("raw", "key"), [({"on_unconfirmed": "ignore"}, "on_unconfirmed"),
                                           ({"confirm_budget": "soon"}, "confirm_budget"),
                                           ({"confirm_session_budget": 0}, "confirm_session_budget"),
-                                          ({"confirm": "yes"}, "confirm"), ({"confirm_python": 3}, "confirm_python")])
+                                          ({"confirm": "yes"}, "confirm"), ({"confirm_python": 3}, "confirm_python"),
+                                          ({"confirm_threads": "fewer"}, "confirm_threads")])
 def test_bad_config_names_the_key(raw: dict[str, object], key: str) -> None:
     with pytest.raises(PolicyError, match=rf"\[tool.perfsuite.gate\] {key} = .* is invalid; allowed"):
         parse_config(raw)

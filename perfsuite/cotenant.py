@@ -1,0 +1,82 @@
+"""Thread counts for an A/B beside a co-tenant: leave the cores another process holds to it.
+
+A two-tree A/B (``perfsuite ab``, the confirmation of a screened regression) compares A with B measured at the same
+time, so a machine that is uniformly slower cancels out. A co-tenant that holds a core is not uniform: a cell whose
+OpenMP pool has one thread per core then has more runnable threads than cores, its threads wait for each other at
+every barrier, and a pair takes 10-20x its usual time with a spread no budget averages away (measured on the 2-core
+EPYC: MDE +104..+135 % after 180 s; docs/gate-evaluation.md). Both sides measured with one thread fewer per busy core
+keep the comparison fair (same threads on both sides) and the pairs fast.
+
+Only OpenMP runtimes read ``OMP_NUM_THREADS`` (torch's intra-op pool); ONNX Runtime's own thread pool keeps its size
+(the cell's ``threads`` option) and vLLM binds its own threads, which the line of :func:`decide` says.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from perfsuite.preflight import LoadSample, sample_load
+
+MODES = ("auto", "cell")
+BUSY_CORES = 0.25  # the load check's own threshold (preflight.LoadPolicy.max_other_cores)
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    threads: int | None  # OMP_NUM_THREADS given to both sides; None: each cell's own default
+    cpus: int
+    other_cores: float | None  # what the load sample saw outside this run (None: no sample)
+    line: str  # one line for the log and the result
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return () if self.threads is None else (("OMP_NUM_THREADS", str(self.threads)),)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"threads": self.threads, "cpus": self.cpus, "other_cores": self.other_cores, "note": self.line}
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def decide(sample: LoadSample, environs: Mapping[str, Mapping[str, str]], cpus: int, mode: str = "auto"
+           ) -> ThreadChoice:
+    """``environs``: each side's environment (a side that fixes OMP_NUM_THREADS itself is not overridden)."""
+    if mode not in MODES:
+        raise ValueError(f"thread mode {mode!r}: expected one of {', '.join(MODES)}")
+    other = sample.other_cores if sample.available else None
+    if mode == "cell":
+        return ThreadChoice(None, cpus, other, "threads: each cell's own default (thread mode 'cell')")
+    fixed = sorted(side for side, env in environs.items() if env.get("OMP_NUM_THREADS"))
+    if fixed:
+        return ThreadChoice(None, cpus, other, f"threads: OMP_NUM_THREADS is set for side(s) {', '.join(fixed)}; "
+                                               "left as given")
+    if other is None:
+        return ThreadChoice(None, cpus, None, f"threads: each cell's own default ({sample.describe()})")
+    if other <= BUSY_CORES:
+        return ThreadChoice(None, cpus, other, f"threads: each cell's own default ({other:.2f} of {cpus} cores busy "
+                                               "outside this run)")
+    threads = max(1, math.floor(cpus - other + BUSY_CORES))
+    if threads >= cpus:
+        return ThreadChoice(None, cpus, other, f"threads: each cell's own default ({other:.2f} of {cpus} cores busy "
+                                               "outside this run leaves every core)")
+    return ThreadChoice(threads, cpus, other, (
+        f"threads: a co-tenant holds {other:.2f} of {cpus} cores ({sample.describe()}); both sides measured with "
+        f"OMP_NUM_THREADS={threads} so that their threads do not wait for a descheduled sibling (ONNX Runtime and vLLM "
+        "cells keep their own threads; thread mode 'cell' measures every cell at its default)"))
+
+
+def choose(environs: Mapping[str, Mapping[str, str]], mode: str = "auto", interval_s: float = 0.5) -> ThreadChoice:
+    """Sample this machine's load now (this process tree excluded) and decide. ``environs`` are each side's own
+    variables; this process's environment (which the workers inherit) is laid under them."""
+    environs = {side: {**os.environ, **env} for side, env in environs.items()}
+    if mode == "cell":
+        return decide(LoadSample(False, reason="not sampled"), environs, usable_cpus(), mode)
+    return decide(sample_load(interval_s), environs, usable_cpus(), mode)
