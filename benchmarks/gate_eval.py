@@ -252,7 +252,10 @@ def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
             secs = re.search(r"pair\(s\) in (\d+) s", line)
             confirm[c.group(1)] = {"kind": kind, "metric": c.group(2), "elapsed_s": int(secs.group(1)) if secs else None,
                                    "line": line.strip()[:400]}
+    threads = next((ln.split("threads: ", 1)[1][:200] for ln in text.splitlines()
+                    if ln.startswith("perfsuite confirm: threads: ")), None)  # the A/B's thread choice (cotenant)
     return {"rc": proc.returncode, "wall_s": wall, "gate_failed": failed, "pb_regressed": pb, "run_json": str(run_json),
+            "confirm_threads": threads,
             "confirm": confirm, "confirm_runs": [[int(a), int(b), c] for a, b, c in _CONFIRM_RUN.findall(text)],
             "kinds": {t: v["kind"] for t, v in by.items()},
             "changes": {t: (v["ratio"] - 1 if v.get("ratio") else None) for t, v in by.items()},

@@ -91,6 +91,8 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=16)
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--prompt", choices=("ids", "text"), default="ids",
+                    help="our client's prompts: token ids (the cells' default) or the same tokens as text, as vLLM's")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--stub", nargs=2, type=float, metavar=("TTFT_S", "ITL_S"),
                     help="measure against the stub server streaming with these delays instead of vLLM's")
@@ -100,12 +102,13 @@ def main() -> int:
     with serving(a, tmp) as (srv, name, vocab, cache, folder):
         out["server_start_s"] = srv.start_s
         out["server"] = "stub" if a.stub else a.model
+        out["our_prompts"] = a.prompt
         for load in a.load or ["poisson:2", "poisson:4"]:
             ours, theirs = [], []
             for k in range(a.pairs):
                 seed = k
                 pt = point_from({"load": load, "num_prompts": a.num_prompts, "warmup": a.warmup, "seed": seed,
-                                 "input_len": a.input_len, "output_len": a.output_len})
+                                 "input_len": a.input_len, "output_len": a.output_len, "prompt": a.prompt})
                 for who in order(k):
                     if who == "perfsuite":
                         r = run_point(srv.base_url, name, pt, vocab_size=vocab, cache_dir=cache,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfsuite import vocabulary
 from perfsuite.errors import UsageError
 
 
@@ -214,7 +215,8 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
 
 
 def pct(x: float) -> str:
-    return "n/a" if not math.isfinite(x) else f"{math.expm1(x) * 100:+.2f}%"
+    """A log-scale change as a relative one."""
+    return vocabulary.pct(math.expm1(x) if math.isfinite(x) else x, digits=2)
 
 
 def progress_line(n: int, elapsed: float, budget: float, mems: list[Member]) -> str:

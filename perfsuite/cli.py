@@ -30,14 +30,20 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
+    from perfsuite.signals import sigterm_as_interrupt
+
     try:
-        return int(args.func(args) or 0)
+        with sigterm_as_interrupt():  # `timeout`, kill, a cancelled CI job: the Ctrl-C path, which cleans up
+            return int(args.func(args) or 0)
     except UsageError as exc:
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # each command has stopped its processes on the way out (perfsuite.external, pool)
-        print(f"perfsuite {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # each command has stopped its processes on the way out (perfsuite.external, pool)
+        from perfsuite.signals import Terminated
+
+        term = isinstance(exc, Terminated)
+        print(f"perfsuite {args.command}: {'terminated (SIGTERM)' if term else 'interrupted'}", file=sys.stderr)
+        return 143 if term else 130
 
 
 if __name__ == "__main__":

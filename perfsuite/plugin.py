@@ -78,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
-        ps.release_lock(session)
+        ps.unconfigure(session)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -8,10 +8,11 @@ stored TTFT 100x the normal one), so the plugin checks three things first, each 
 * :class:`SuiteLock`: one ``flock`` per user and machine. A recording run takes it exclusively; an ordinary perf
   run takes it shared. Each holder leaves its pid and command line beside the lock, so a refusal names the other
   run. The kernel drops a lock when its holder dies: a crashed run never blocks the next one.
-* :func:`sample_load`: CPU time spent in ~0.5 s by processes outside this process tree (``/proc/stat`` minus our
-  own tree's ``/proc/<pid>/stat``), with the busiest other processes named, and ``/proc/loadavg``.
+* :func:`sample_load`: CPU time spent in ~0.5 s by processes outside this process tree (the machine's CPU times
+  minus our own tree's, both from psutil), with the busiest other processes named, and the load average.
 
-Linux only (``/proc``, ``fcntl``); elsewhere :func:`sample_load` reports itself unavailable and the lock is a no-op.
+Linux only (``fcntl``; psutil's per-process times elsewhere differ); elsewhere :func:`sample_load` reports itself
+unavailable and the lock is a no-op.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 
 class PreflightError(Exception):
@@ -248,78 +251,54 @@ class LoadVerdict:
                 "(or record on a dedicated runner), then record again")
 
 
-def _clk_tck() -> int:
-    try:
-        return int(os.sysconf("SC_CLK_TCK"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return 100
+def _busy_steal() -> tuple[float, float]:
+    """(busy, steal) CPU seconds summed over all CPUs; busy is everything but idle and iowait (guest time is already
+    inside user and nice)."""
+    t = psutil.cpu_times()
+    steal = getattr(t, "steal", 0.0)
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) + steal, steal
 
 
-def _read_cpu_line() -> tuple[int, int]:
-    """(busy, steal) jiffies summed over all CPUs; busy is everything but idle and iowait."""
-    with open("/proc/stat") as fh:
-        fields = [int(x) for x in fh.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    # guest / guest_nice are already counted in user / nice
-    return user + nice + system + irq + softirq + steal, steal
-
-
-def _procs() -> dict[int, tuple[int, str, int]]:
-    """pid -> (ppid, name, utime + stime in jiffies) for every readable process."""
+def _procs() -> dict[int, tuple[str, float]]:
+    """pid -> (name, user + system CPU seconds) for every readable process."""
     out = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                raw = fh.read().decode(errors="replace")
-        except OSError:
-            continue
-        name = raw[raw.find("(") + 1:raw.rfind(")")]
-        rest = raw[raw.rfind(")") + 2:].split()
-        try:  # fields after the name: state(3) ppid(4) ... utime(14) stime(15), 1-based in proc(5)
-            out[int(entry.name)] = (int(rest[1]), name, int(rest[11]) + int(rest[12]))
-        except (IndexError, ValueError):
-            continue
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        times = p.info["cpu_times"]
+        if times is not None:
+            out[p.pid] = (p.info["name"] or "?", times.user + times.system)
     return out
 
 
-def _tree(procs: dict[int, tuple[int, str, int]], root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid not in tree:
-            tree.add(pid)
-            todo += children.get(pid, [])
-    return tree
+def _tree(root: int) -> set[int]:
+    try:
+        proc = psutil.Process(root)
+        return {root, *(c.pid for c in proc.children(recursive=True))}
+    except psutil.Error:
+        return {root}
 
 
 def sample_load(interval_s: float = 0.5, root: int | None = None, top_n: int = 3) -> LoadSample:
     """Sample CPU use for ``interval_s``; ``root`` (default: this process) and its descendants are "own"."""
-    if not os.path.exists("/proc/stat"):
-        return LoadSample(False, reason="no /proc/stat (not Linux)")
+    if not sys.platform.startswith("linux"):
+        return LoadSample(False, reason=f"not Linux ({sys.platform}): no per-process accounting to trust")
     root = os.getpid() if root is None else root
-    tck = _clk_tck()
-    p0 = _procs()
-    busy0, steal0 = _read_cpu_line()
+    own, p0 = _tree(root), _procs()
+    busy0, steal0 = _busy_steal()
     t0 = time.monotonic()
     time.sleep(interval_s)
-    busy1, steal1 = _read_cpu_line()
+    busy1, steal1 = _busy_steal()
     t1 = time.monotonic()
     p1 = _procs()
+    own |= _tree(root)
     dt = max(t1 - t0, 1e-6)
-    own = _tree(p0, root) | _tree(p1, root)
-    deltas = {pid: (p1[pid][2] - p0[pid][2]) for pid in p1 if pid in p0}
-    own_j = sum(d for pid, d in deltas.items() if pid in own)
-    # Processes that ended in the interval are invisible here; /proc/stat still counts their time as "other".
-    cpus = os.cpu_count() or 1
-    busy_cores = (busy1 - busy0) / tck / dt
-    own_cores = own_j / tck / dt
+    deltas = {pid: p1[pid][1] - p0[pid][1] for pid in p1 if pid in p0}
+    # Processes that ended in the interval are invisible here; the machine-wide counters still count their time as
+    # "other".
+    cpus = psutil.cpu_count() or 1
+    busy_cores = (busy1 - busy0) / dt
+    own_cores = sum(d for pid, d in deltas.items() if pid in own) / dt
     others = sorted(((pid, d) for pid, d in deltas.items() if pid not in own and d > 0), key=lambda x: -x[1])
-    top = tuple(OtherProcess(pid, p1[pid][1], round(d / tck / dt, 3)) for pid, d in others[:top_n])
+    top = tuple(OtherProcess(pid, p1[pid][0], round(d / dt, 3)) for pid, d in others[:top_n])
     try:
         with open("/proc/loadavg") as fh:
             la = fh.read().split()
@@ -327,7 +306,7 @@ def sample_load(interval_s: float = 0.5, root: int | None = None, top_n: int = 3
     except (OSError, ValueError, IndexError):
         load1, running = 0.0, 0
     return LoadSample(True, round(dt, 3), cpus, round(busy_cores, 3), round(own_cores, 3),
-                      round(max(0.0, busy_cores - own_cores), 3), round((steal1 - steal0) / tck / dt, 3),
+                      round(max(0.0, busy_cores - own_cores), 3), round((steal1 - steal0) / dt, 3),
                       load1, running, top)
 
 

@@ -72,6 +72,9 @@ def configure(config: pytest.Config) -> None:
     session = PerfSession(settings, facts, gate_config=gate_config,
                           fail_on_inconclusive=_flag(config, "fail_on_inconclusive"))
     config.stash[SESSION_KEY] = session
+    from perfsuite import signals
+
+    session.sigterm = signals.install()  # a cancelled CI job (SIGTERM) cleans up like Ctrl-C: workers, temp folders
     if settings.update_baselines:
         recording_preflight(session)
     if config.pluginmanager.hasplugin("benchmark"):
@@ -156,10 +159,14 @@ def after_benchmark_configure(config: pytest.Config, session: PerfSession) -> No
         pbcompat.load_comparison(config, session.runner_class, config.stash[_COMPARE_KEY])
 
 
-def release_lock(session: PerfSession) -> None:
+def unconfigure(session: PerfSession) -> None:
+    from perfsuite import signals
+
     if session.lock is not None:
         session.lock.release()
         session.lock = None
+    signals.restore(session.sigterm)
+    session.sigterm = None
 
 
 # -------------------------------------------------------------------------------------------- machine info

@@ -22,6 +22,7 @@ class PerfSession:
     notes: list[str] = field(default_factory=list)
     fail_on_inconclusive: bool = False
     lock: Any = None  # perfsuite.preflight.SuiteLock held exclusively while recording a baseline
+    sigterm: Any = None  # the SIGTERM handler before this session turned SIGTERM into Ctrl-C (perfsuite.signals)
     load: dict[str, Any] | None = None  # the load check before measuring (machine_info.perfsuite.preflight)
     peaks: dict[str, Any] | None = None  # bandwidth / FLOP/s measured at run start (roofline)
     confirm: Any = None  # perfsuite.confirm.session.Confirmation when comparing

@@ -24,6 +24,7 @@ Serving cells (``test_*_under_load``) add ``vllm bench serve``'s run-level keys 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -92,3 +93,10 @@ def base_of_test(test_name: str) -> str | None:
     """``test_tpot[torch-...]`` -> ``tpot``; None for a test that is not an offline cell's."""
     base = test_name.split("::")[-1].split("[")[0]
     return base[5:] if base.startswith("test_") and base[5:] in TIMED else None
+
+
+def pct(x: object, *, signed: bool = True, digits: int = 1, missing: str = "n/a") -> str:
+    """A relative change as every table and message writes it: ``+9.4%``; ``missing`` for None, NaN and non-numbers."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):
+        return missing
+    return f"{x * 100:{'+' if signed else ''}.{digits}f}%"

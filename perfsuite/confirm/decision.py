@@ -14,9 +14,10 @@ both measured now on this machine.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from perfsuite.vocabulary import pct as _pct
 
 KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
 
@@ -59,10 +60,6 @@ class Outcome:
     @property
     def failed(self) -> bool:
         return bool(self.fail)
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x * 100:+.1f}%"
 
 
 def _ab(f: Finding) -> str:

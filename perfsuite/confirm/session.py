@@ -20,6 +20,7 @@ from typing import Any
 from perfsuite.confirm import decision, machine
 from perfsuite.confirm.config import ConfirmConfig
 from perfsuite.confirm.worktree import CannotConfirm, check_commit, temporary_worktree, toplevel
+from perfsuite.vocabulary import pct as _pct
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Confirmation:
         from perfsuite.errors import UsageError
         from perfsuite.worker import pool
 
+        t0 = time.monotonic()  # the budget covers the whole confirmation: checkout, probes and pairs
         gate = ps.gate
         runs = gate.runs[-gate.config.baseline_runs:]
         sha = baseline_commit(runs)
@@ -131,7 +133,6 @@ class Confirmation:
         threads = cotenant.choose({"A": {}, "B": {}}, self.config.threads)  # before git checks A out
         say(f"perfsuite confirm: {threads.line}")
         self.threads = threads
-        t0 = time.monotonic()
         with temporary_worktree(top, sha) as wt:
             sides = {"a": pool.Side(wt / rel, python or sys.executable, "A", threads.env),
                      "b": pool.Side(src, sys.executable, "B", threads.env)}
@@ -159,7 +160,8 @@ class Confirmation:
             mems = abloop.members(cell_dicts, gate.config, gate.config.alpha,
                                   select=lambda cid, m, metric: (cid, m, metric) in wanted)
             metrics = {c: sorted({t.test_metric for t in targets if t.cell_id == c}) for c in cells}
-            run = self._pairs(sides, plans, cell_dicts, mems, budget, metrics, say, wt.parent)
+            left = budget - (time.monotonic() - t0)  # what the worktree, the probes and the plans left of it
+            run = self._pairs(sides, plans, cell_dicts, mems, left, metrics, say, wt.parent)
         say(f"perfsuite confirm: {len(run.pairs)} pair(s) in {time.monotonic() - t0:.0f} s (stopped: {run.stopped});"
             " temporary worktree removed")
         by_key = {(m.cell_id, m.test_metric, m.metric): m for m in mems}
@@ -197,10 +199,6 @@ class Confirmation:
         finally:
             for pl in pools.values():
                 pl.close()
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:+.1f}%"
 
 
 def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: int | None = None

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from perfsuite.signals import sigterm_as_interrupt
+
 
 class CannotConfirm(Exception):
     """Why no A/B can confirm a stored-baseline regression, with the fix; one line."""
@@ -74,28 +76,10 @@ def remove(top: Path, tree: Path) -> None:
             _git(top, "worktree", "prune")
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum} (SIGTERM)")
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt for the length of the block (Python's default would end the process without
-    running a single ``finally``, leaving the worktree and the workers behind)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGTERM, _terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 @contextlib.contextmanager
 def temporary_worktree(top: Path, sha: str) -> Iterator[Path]:
     """``top``'s commit ``sha`` in a fresh detached worktree under the temp dir; gone when the block ends."""
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         yield from _worktree(top, sha)
 
 

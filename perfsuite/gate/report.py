@@ -8,6 +8,7 @@ import shlex
 from collections.abc import Sequence
 
 from perfsuite.gate.verdict import Verdict
+from perfsuite.vocabulary import pct
 
 _MARK = {"regression": "REGRESSION", "improvement": "improvement", "unchanged": "unchanged",
          "inconclusive": "inconclusive", "incomparable": "incomparable"}
@@ -20,7 +21,7 @@ def _n(v: float | None) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "n/a" if v is None or not math.isfinite(v) else f"{v * 100:.1f}%"
+    return pct(v, signed=False)
 
 
 def describe(v: Verdict) -> str:

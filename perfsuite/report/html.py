@@ -7,6 +7,7 @@ from typing import Any
 
 from perfsuite.report import plots
 from perfsuite.report.data import ReportData
+from perfsuite.vocabulary import pct
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1100px;color:#1f2328;
@@ -21,7 +22,7 @@ text-align:left;vertical-align:top}th{background:#f6f8fa}code{font-size:12px;bac
 
 
 def _pct(v: Any) -> str:
-    return f"{v:+.1%}" if isinstance(v, (int, float)) else "—"
+    return pct(v, missing="—")
 
 
 def _num(v: Any, fmt: str = ".3g") -> str:

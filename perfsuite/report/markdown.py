@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from perfsuite.report.data import ReportData
+from perfsuite.vocabulary import pct
 
 MAX_ROWS = 40
 
 
 def _pct(v: Any) -> str:
-    return f"{v:+.1%}" if isinstance(v, (int, float)) else "—"
+    return pct(v, missing="—")
 
 
 def _num(v: Any, fmt: str = ".3g") -> str:

@@ -22,6 +22,12 @@ class Request:
     output_len: int
 
 
+def as_text(req: Request) -> Request:
+    """The same prompt as words of the offline tokenizer (perfsuite.serve.tokenizer), which the server tokenizes back
+    into the same ids: what ``vllm bench serve`` sends (text), so its tokenization is inside TTFT on both clients."""
+    return req if isinstance(req.prompt, str) else Request(text_of(req.prompt), req.prompt_len, req.output_len)
+
+
 def _ids(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
     return [int(x) for x in rng.integers(FIRST_ID, vocab_size, size=n)]
 

@@ -14,6 +14,7 @@ from perfsuite.serve.datasets import Request
 from perfsuite.serve.load import LoadSpec, parse_load, run_load
 
 SCHEMA = "perfsuite-serve/1"
+PROMPTS = ("ids", "text")
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,14 @@ class Point:
     prefix_groups: int = 4
     sharegpt_path: str | None = None  # default: generated into the cache
     sweep: tuple[float, ...] = ()  # rising rates above load.rate: the cell sweeps to saturation (perfsuite.serve.sweep)
+    prompt: str = "ids"  # "ids": token-id prompts; "text": the same tokens as words, tokenized by the server (as
+    #                      vllm bench serve's random dataset sends them)
 
     def __post_init__(self) -> None:
         if self.dataset not in datasets.DATASETS:
             raise ValueError(f"dataset {self.dataset!r}: use one of {', '.join(datasets.DATASETS)}")
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"prompt {self.prompt!r}: use one of {', '.join(PROMPTS)}")
         if self.input_len < 1 or self.output_len < 1:
             raise ValueError("input_len and output_len must be >= 1")
         if self.dataset == "shared-prefix" and self.prefix_len < 1:
@@ -45,7 +50,8 @@ class Point:
               "sharegpt": f"sharegpt-o{self.output_len}" if self.output_len else "sharegpt",
               "shared-prefix": f"prefix{self.prefix_len}x{self.prefix_groups}-i{self.input_len}-o{self.output_len}"}
         sweep = f"-sweep{self.sweep[-1]:g}" if self.sweep else ""
-        return f"{ds[self.dataset]}-{self.load.slug}-n{self.load.num_requests}{sweep}"
+        text = "-text" if self.prompt == "text" and self.dataset != "sharegpt" else ""
+        return f"{ds[self.dataset]}{text}-{self.load.slug}-n{self.load.num_requests}{sweep}"
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -53,6 +59,8 @@ class Point:
             d["sweep"] = list(self.sweep)
         else:  # a point without a sweep keeps the options hash it had before sweeps existed
             del d["sweep"]
+        if self.prompt == "ids":  # likewise a point of token-id prompts
+            del d["prompt"]
         d["slug"] = self.slug
         return d
 
@@ -60,14 +68,14 @@ class Point:
 def point_from(table: Mapping[str, Any], where: str = "point") -> Point:
     """``{load = "poisson:4", num_prompts = 24, warmup = 2, seed = 0, dataset = "random", input_len = 64, ...}``"""
     allowed = {"load", "num_prompts", "warmup", "seed", "dataset", "input_len", "output_len", "prefix_len",
-               "prefix_groups", "sharegpt_path", "sweep"}
+               "prefix_groups", "sharegpt_path", "sweep", "prompt"}
     bad = sorted(set(table) - allowed)
     if bad:
         raise ValueError(f"{where}: unknown key {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
     spec = parse_load(str(table.get("load", "poisson:4")), num_requests=int(table.get("num_prompts", 16)),
                       warmup=int(table.get("warmup", 2)), seed=int(table.get("seed", 0)))
-    kw = {k: table[k] for k in ("dataset", "input_len", "output_len", "prefix_len", "prefix_groups", "sharegpt_path")
-          if k in table}
+    kw = {k: table[k] for k in ("dataset", "input_len", "output_len", "prefix_len", "prefix_groups", "sharegpt_path",
+                                "prompt") if k in table}
     if "sweep" in table:
         sw = table["sweep"]
         if not isinstance(sw, list) or not all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in sw):
@@ -90,6 +98,8 @@ def requests(point: Point, vocab_size: int, cache_dir: Path, seed_offset: int = 
         path = Path(point.sharegpt_path) if point.sharegpt_path else \
             datasets.write_sharegpt(cache_dir / "datasets" / f"sharegpt-v{vocab_size}-s0.json", 400, vocab_size)
         reqs = datasets.sharegpt_requests(path, n, seed, fixed_output_len=point.output_len or None)
+    if point.prompt == "text":
+        reqs = [datasets.as_text(r) for r in reqs]
     return reqs
 
 

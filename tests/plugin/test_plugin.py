@@ -126,11 +126,15 @@ def test_benchmark_cprofile_profiles_inside_the_worker(project):
     assert any("decode" in row["function_name"] for row in e2e["cprofile"])
 
 
-def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project, how, tmp_path):
     """SIGINT while workers measure: pytest reports the interrupt, nothing is recorded, no process is left
-    (pytest-benchmark's save used to crash with `min() arg is an empty sequence`)."""
+    (pytest-benchmark's save used to crash with `min() arg is an empty sequence`). SIGTERM to pytest alone (a
+    cancelled CI job, ``timeout``) takes the same path: no worker and no worker folder outlives it."""
     p = project(n=16, g=30, w=6)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests/perf", "-p", "no:cacheprovider", "-q",
                              "--perf-update-baselines"], cwd=p.path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
@@ -149,7 +153,10 @@ def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project):
         proc.stdout.close()
         pytest.fail(f"the run never started measuring:\n{seen}", pytrace=False)
     time.sleep(1.0)
-    os.killpg(proc.pid, signal.SIGINT)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
     out = seen + proc.stdout.read()
     proc.wait(timeout=120)
     proc.stdout.close()
@@ -160,6 +167,7 @@ def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project):
     left = subprocess.run(["pgrep", "-f", f"perfsuite.worker.*{p.path}|{p.path}.*perfsuite.worker"],
                           capture_output=True, text=True).stdout.split()
     assert not left
+    assert not list(tmp.glob("perfsuite-workers-*")), "a worker folder outlived the interrupted run"
 
 
 @pytest.mark.slow

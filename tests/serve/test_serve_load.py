@@ -198,3 +198,24 @@ def test_connection_refused_counts_as_failed():
                                                                           warmup=0))
     m = metrics.compute(res)
     assert m["failed"] == 3 and metrics.failure(m, 0.5)
+
+
+def test_text_prompts_are_the_same_tokens_for_the_server(tmp_path):
+    """prompt = "text": the words of the offline tokenizer, which tokenize back into exactly the token-id prompt
+    (what vllm bench serve's random dataset sends); the point's hash is unchanged for token-id points."""
+    from tokenizers import Tokenizer
+
+    from perfsuite.serve import tokenizer
+    from perfsuite.serve.point import point_from, requests
+
+    tokenizer.build(tmp_path, 512)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    ids = point_from({"dataset": "random", "input_len": 12, "num_prompts": 5})
+    text = point_from({"dataset": "random", "input_len": 12, "num_prompts": 5, "prompt": "text"})
+    for a, b in zip(requests(ids, 512, tmp_path), requests(text, 512, tmp_path), strict=True):
+        assert isinstance(a.prompt, list) and isinstance(b.prompt, str)
+        assert tok.encode(b.prompt, add_special_tokens=False).ids == a.prompt and b.prompt_len == a.prompt_len == 12
+    assert "prompt" not in ids.as_dict() and text.as_dict()["prompt"] == "text"
+    assert text.slug.startswith("random-i12-o16-text-") and ids.slug.startswith("random-i12-o16-poisson")
+    with pytest.raises(ValueError, match="prompt 'words': use one of ids, text"):
+        point_from({"prompt": "words"})

@@ -31,7 +31,10 @@ def _workers_of(tree: Path) -> list[psutil.Process]:
     return out
 
 
-def test_ctrl_c_writes_the_pairs_done_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_writes_the_pairs_done_and_exits_130(tmp_path: Path, how: str) -> None:
+    """Ctrl-C signals the terminal's whole process group; SIGTERM (``timeout``, a cancelled job) the command alone,
+    whose workers must not be orphaned with their folders."""
     a, b = make_tree(tmp_path / "a"), make_tree(tmp_path / "b")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -47,7 +50,10 @@ def test_ctrl_c_writes_the_pairs_done_and_exits_130(tmp_path: Path) -> None:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "ab never reached its third pair"
             time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGINT)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -1,0 +1,46 @@
+"""SIGTERM as Ctrl-C: a CI job being cancelled, ``timeout``, ``kill`` and a supervisor's stop send SIGTERM, whose
+default ends Python without running a single ``finally`` - leaving worker processes, their temp folders and a
+confirmation worktree behind. Inside :func:`sigterm_as_interrupt` it raises :class:`Terminated` (a
+KeyboardInterrupt), so the path every Ctrl-C takes cleans up after it too."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived; handled like Ctrl-C."""
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(f"signal {signum} (SIGTERM)")
+
+
+def install() -> object | None:
+    """Turn SIGTERM into :class:`Terminated` from now on; returns the previous handler for :func:`restore` (None when
+    nothing was changed: not the main thread, or SIGTERM is ignored on purpose, as under ``nohup``-like launchers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    old = signal.getsignal(signal.SIGTERM)
+    if old is signal.SIG_IGN:
+        return None
+    signal.signal(signal.SIGTERM, _terminated)
+    return old
+
+
+def restore(old: object | None) -> None:
+    if old is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, old)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    old = install()
+    try:
+        yield
+    finally:
+        restore(old)

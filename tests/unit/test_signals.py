@@ -1,0 +1,53 @@
+"""SIGTERM as Ctrl-C (perfsuite.signals): raised as Terminated inside the block, the old handler back after it, and an
+ignored SIGTERM left ignored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from perfsuite import signals
+
+
+def test_sigterm_inside_the_block_raises_terminated_and_the_old_handler_comes_back() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    ran_finally = []
+    with pytest.raises(signals.Terminated, match="SIGTERM"), signals.sigterm_as_interrupt():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler interrupts the sleep
+        finally:
+            ran_finally.append(True)
+    assert ran_finally == [True]
+    assert issubclass(signals.Terminated, KeyboardInterrupt)  # every Ctrl-C path handles it
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_an_ignored_sigterm_stays_ignored() -> None:
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        assert signals.install() is None
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        signals.restore(None)  # nothing to restore
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def test_cli_turns_sigterm_into_exit_143(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from perfsuite import cli
+
+    def main(args: object) -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        return 0
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    sub = next(a for a in parser._actions if a.dest == "command")
+    sub.choices["doctor"].set_defaults(func=main)  # a real command whose work is replaced by the SIGTERM above
+    assert cli.main(["doctor"]) == 143
+    assert "terminated (SIGTERM)" in capsys.readouterr().err
