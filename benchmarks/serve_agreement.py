@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfsuite.serve import promcheck
 from perfsuite.serve.cell import started_server
 from perfsuite.serve.load import parse_load
 from perfsuite.serve.point import point_from, run_point
@@ -119,15 +120,27 @@ def main() -> int:
                                      "client_cpu_share": m["client_cpu_share"], "failed": m["failed"],
                                      "prometheus_ttft": r["prometheus"].get("ttft"), "first": who == order(k)[0]})
                     else:
+                        before = promcheck.snapshot(srv.base_url)
                         v = vllm_bench(srv.base_url, name, folder, load, a.num_prompts, a.warmup, a.input_len,
                                        a.output_len, seed, tmp / f"vllm-{load.replace(':', '-')}-{k}.json")
-                        theirs.append({x: v[x] for x in KEYS} | {"failed": v.get("failed"), "first": who == order(k)[0]})
+                        # the server's view of vLLM's run: its warm-ups are inside this delta (count says so)
+                        prom = promcheck.compare(before, promcheck.snapshot(srv.base_url), v)
+                        theirs.append({x: v[x] for x in KEYS} | {"failed": v.get("failed"), "first": who == order(k)[0],
+                                                                 "prometheus_ttft": prom.get("ttft")})
                 print(f"{load} pair {k} ({'/'.join(order(k))}): ours {[round(ours[-1][x], 3) for x in KEYS[:4]]} vllm "
                       f"{[round(theirs[-1][x], 3) for x in KEYS[:4]]}", flush=True)
             summary = {}
             for x in KEYS:
                 o, t = float(np.median([d[x] for d in ours])), float(np.median([d[x] for d in theirs]))
                 summary[x] = {"perfsuite": o, "vllm_bench_serve": t, "rel_diff": (o - t) / t if t else None}
+            for who, runs in (("perfsuite", ours), ("vllm_bench_serve", theirs)):
+                # client mean TTFT minus the server's mean TTFT of the same run: the time outside vLLM's clock
+                gaps = [d["mean_ttft_ms"] - d["prometheus_ttft"]["server_mean_ms"] for d in runs
+                        if (d.get("prometheus_ttft") or {}).get("server_mean_ms") is not None]
+                summary.setdefault("ttft_outside_server_ms", {})[who] = float(np.median(gaps)) if gaps else None
+                srv_means = [d["prometheus_ttft"]["server_mean_ms"] for d in runs
+                             if (d.get("prometheus_ttft") or {}).get("server_mean_ms") is not None]
+                summary.setdefault("server_mean_ttft_ms", {})[who] = float(np.median(srv_means)) if srv_means else None
             summary["p99_dispatch_delay_ms"] = max(d["p99_dispatch_delay_ms"] for d in ours)
             summary["client_cpu_share"] = max(d["client_cpu_share"] for d in ours)
             out["points"][load] = {"summary": summary, "perfsuite": ours, "vllm_bench_serve": theirs}
@@ -142,6 +155,10 @@ def main() -> int:
         print(f"| {load} | " + " | ".join(f"{s[x]['perfsuite']:.3f} / {s[x]['vllm_bench_serve']:.3f} "
                                            f"({100 * s[x]['rel_diff']:+.1f} %)" for x in KEYS[:4])
               + f" | {s['p99_dispatch_delay_ms']:.2f} | {s['client_cpu_share']:.1%} |")
+    for load, p in out["points"].items():
+        s = p["summary"]
+        print(f"{load}: server mean TTFT (ours / vLLM's runs) {s['server_mean_ttft_ms']}; client minus server "
+              f"{s['ttft_outside_server_ms']}")
     print("leftover processes after stop:", out["leftover_after_stop"])
     return 0
 

@@ -37,6 +37,7 @@ class CellResult:
     error: str | None = None
     detail: str = ""
     measured_by: dict[str, Any] = field(default_factory=dict)
+    profiles: dict[str, Any] = field(default_factory=dict)  # metric -> pstats.Stats (--benchmark-cprofile)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
             res.error, res.detail = pr.error, pr.detail
         else:
             res.processes.append(pr)
+            res.profiles.update(_profiles(pr))
         if progress:
             progress(n, total, job.cell.id, pr)
 
@@ -127,6 +129,20 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
     for res in results.values():
         res.processes.sort(key=lambda p: p.index)
     return results
+
+
+def _profiles(pr: ProcessResult) -> dict[str, Any]:
+    """A worker's cProfile files, read into memory while the pool's folder still exists (the pool removes it)."""
+    import pstats
+
+    out: dict[str, Any] = {}
+    for m, r in pr.metrics.items():
+        if r.cprofile_path:
+            try:
+                out[m] = pstats.Stats(r.cprofile_path)
+            except (OSError, EOFError, TypeError, ValueError):  # a profile is a debugging aid: a bad one is left out
+                continue
+    return out
 
 
 def measure_peaks(session: PerfSession, plan: Plan) -> dict[str, Any] | None:
@@ -144,8 +160,11 @@ def measure_peaks(session: PerfSession, plan: Plan) -> dict[str, Any] | None:
         info = raw.get("backend_info") or {}
     else:
         with pool.Pool(pool.this_side(), preload=pool.preload_modules({cell.backend})) as workers:
-            pr = workers.measure(job, fork=True, timeout_s=300)
+            pr = workers.measure(job, fork=True, timeout_s=300, keep_failed=False)
         info = pr.backend_info if not pr.error else {}
+        if pr.error:
+            session.notes.append(f"perfsuite: the {cell.device} peaks were not measured ({pr.error}); the cells have"
+                                 " no roofline efficiency in this run")
     peaks = info.get("peaks")
     return dict(peaks) if isinstance(peaks, dict) else None
 
@@ -222,11 +241,9 @@ class PerfRun:
                                       "ran once in a worker process and nothing was timed")
             return info
         record_rounds(benchmark, [r for p in procs for r in p.metrics[metric].rounds_s])
-        prof = procs[0].metrics[metric].cprofile_path
-        if prof and pbcompat.wants_cprofile(benchmark):
-            import pstats
-
-            pbcompat.set_cprofile_stats(benchmark, pstats.Stats(prof))
+        prof = res.profiles.get(metric)
+        if prof is not None and pbcompat.wants_cprofile(benchmark):
+            pbcompat.set_cprofile_stats(benchmark, prof)
         pytest_session.enforce(self.session.gate_check(request.node.nodeid, benchmark))
         return info
 

@@ -52,7 +52,7 @@ def measure(workers: Any, job: Job, mode: str | None = None) -> ProcessResult:
     mode = mode or mode_for(job.cell.backend, 1)
     if mode == "inprocess":
         raw = child.run_job(job.wire(), workers.workdir)
-        return workers.adopt(ProcessResult.from_wire(raw, pid=int(raw.get("pid", 0)), wall_s=0.0))
+        return ProcessResult.from_wire(raw, pid=int(raw.get("pid", 0)), wall_s=0.0)
     return workers.measure(job.wire(), fork=mode == "fork")
 
 

@@ -23,6 +23,7 @@ import json
 import math
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
     from perfsuite.serve import replicate as serve_replicate
     from perfsuite.worker import pool
 
+    started = time.monotonic()  # the budget covers the whole command: load sample, probes, plans, then the pairs
     check_locations((args.out, "--out", "folder"), (args.json, "--json", "file"), cache=True)
     budget = parse_duration(args.budget)
     if args.max_pairs < 2:
@@ -159,16 +161,20 @@ def main(args: argparse.Namespace) -> int:
             return "regression"
         return "decided" if all(m.kind != "open" for m in ms) else None
 
+    setup_s = time.monotonic() - started
+    left = max(budget - setup_s, 0.0)  # the first pair runs whatever is left (BudgetRule)
+    print(f"perfsuite ab: {setup_s:.0f} s of the budget went to the probes and plans; {left:.0f} s left for pairs",
+          flush=True)
     try:
-        run = abloop.run_pairs(pools, plans, cells, members, budget_s=budget, max_pairs=args.max_pairs, rng=rng,
+        run = abloop.run_pairs(pools, plans, cells, members, budget_s=left, max_pairs=args.max_pairs, rng=rng,
                                decide=decide, stop=stop, progress=lambda n, el: progress.update(
-                                   abloop.progress_line(n, el, budget, members)))
+                                   abloop.progress_line(n, el + setup_s, budget, members)))
     except abloop.PairsInterrupted as exc:  # Ctrl-C: keep the pairs measured so far (a half pair is not one)
         run = exc.run
     finally:
         for pl in pools.values():
             pl.close()
-    pairs, stop_reason, elapsed = run.pairs, run.stopped, run.elapsed_s
+    pairs, stop_reason, elapsed = run.pairs, run.stopped, run.elapsed_s + setup_s
     progress.done()
     pair_s = run.pair_s(len(cells))
     rows = [abloop.row(m, tau, eps, pair_s, config.power) for m in members]
@@ -182,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
               "threads": threads.as_dict(), "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
-              "budget_s": budget,
+              "budget_s": budget, "setup_s": setup_s, "pair_walls_s": list(run.pair_walls),
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
               "pairs": pairs, "verdicts": rows}
     if out_dir is not None:

@@ -9,7 +9,7 @@ Statuses, worst last (the matrix shows the worst status of a cell)::
                  (profiler op names: flash / efficient / cudnn / math)
     wrong        out of tolerance, or NaN/Inf where the reference is finite
     crash        the process running the cell died (signal, abort, hang past the timeout); only observable
-                 when the cell runs in a subprocess (:mod:`perfsuite.ops.worker`)
+                 when the cell runs in a worker process (:mod:`perfsuite.ops.worker`)
 
 ``skip`` (backend not available here, dtype not offered by the backend) is not a status of the matrix: such
 cells are left out.

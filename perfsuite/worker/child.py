@@ -35,6 +35,13 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
         from perfsuite import roofline
 
         return {"backend_info": {"peaks": roofline.measure_peaks(job["device"], job["dtype"])}}
+    if job.get("kind") == "op":  # one cell of the op matrix (perfsuite.ops.worker isolates the risky ones)
+        from perfsuite.ops.runner import evaluate
+        from perfsuite.ops.shapes import Shape
+
+        res = evaluate(job["op"], job["backend"], job["dtype"], Shape.from_dict(job["shape"]), job["seed"],
+                       job.get("device", "cpu"), job.get("check_kernels", True))
+        return {"backend_info": {"op_result": res.as_dict()}}
     from perfsuite import devicemem, measure, models
     from perfsuite.backends import create, inject
 

@@ -128,7 +128,7 @@ class Pool:
 
     def __init__(self, side: Side, workdir: Path | None = None, preload: tuple[str, ...] = ()) -> None:
         self.side = side
-        # A folder of our own making goes on close() unless a failure (named with it) or a cProfile file keeps it.
+        # A folder of our own making goes on close() unless a failure (named with it) keeps it.
         self._owned = workdir is None
         self.keep = False
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="perfsuite-workers-"))
@@ -181,18 +181,14 @@ class Pool:
         return dict(json.loads(line))
 
     # ------------------------------------------------------------------------------------------------- jobs
-    def measure(self, job: dict[str, Any], *, fork: bool = True, timeout_s: float = 1800) -> ProcessResult:
-        res = self.adopt(self._measure(job, fork, timeout_s))
-        if res.error and self._owned:
+    def measure(self, job: dict[str, Any], *, fork: bool = True, timeout_s: float = 1800,
+                keep_failed: bool = True) -> ProcessResult:
+        """One job in a fresh worker. A failure keeps this pool's folder and names it, unless ``keep_failed`` is
+        off (a job whose failure the caller reports in full and only notes, such as the run-start peaks)."""
+        res = self._measure(job, fork, timeout_s)
+        if res.error and self._owned and keep_failed:
             self.keep = True
             res = dataclasses.replace(res, error=f"{res.error} (worker files kept in {self.workdir})")
-        return res
-
-    def adopt(self, res: ProcessResult) -> ProcessResult:
-        """A result whose files live in this pool's folder (also one measured in-process there): a cProfile file
-        keeps the folder, pytest-benchmark reads it after the pool has closed."""
-        if any(m.cprofile_path for m in res.metrics.values()):
-            self.keep = True
         return res
 
     def _measure(self, job: dict[str, Any], fork: bool, timeout_s: float) -> ProcessResult:

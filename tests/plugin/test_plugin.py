@@ -117,13 +117,18 @@ def test_benchmark_disabled_runs_the_workload_once_and_says_nothing_was_timed(pr
     assert "process 1/1" in out  # one worker, once
 
 
-def test_benchmark_cprofile_profiles_inside_the_worker(project):
+def test_benchmark_cprofile_profiles_inside_the_worker(project, monkeypatch, tmp_path):
+    """The profiles reach pytest-benchmark's JSON, and the worker folder that held them is gone afterwards."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     p = project(n=3, g=2)
     res = run(p, "--benchmark-cprofile=tottime", "--benchmark-json=out.json")
     res.assert_outcomes(passed=3)
     data = json.loads((p.path / "out.json").read_text())
     e2e = next(b for b in data["benchmarks"] if b["name"].startswith("test_e2el"))
     assert any("decode" in row["function_name"] for row in e2e["cprofile"])
+    assert not list(tmp.glob("perfsuite-workers-*")), sorted(tmp.iterdir())
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])

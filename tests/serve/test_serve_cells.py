@@ -95,10 +95,13 @@ def test_vllm_bad_model_fails_with_the_log_tail(tmp_path):
 
 
 @pytest.mark.slow
-def test_vllm_killed_mid_load_fails_the_cell_and_leaves_no_process(tmp_path):
-    """SIGKILL of vLLM's API server while a load point runs: the cell fails naming the exit, and the engine core
-    and every other process of the server are gone."""
+def test_vllm_killed_mid_load_fails_the_cell_and_leaves_no_process(tmp_path, monkeypatch):
+    """SIGKILL of vLLM's API server while a load point runs: the cell fails naming the exit and the log it kept,
+    and the engine core and every other process of the server are gone."""
+    import tempfile
     import threading
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kept log folder stays in this test's folder
 
     conf = sc.parse({"points": [{"load": "constant:4", "num_prompts": 60, "warmup": 1, "output_len": 32}]}, "t")
     seen: list[int] = []
@@ -117,6 +120,8 @@ def test_vllm_killed_mid_load_fails_the_cell_and_leaves_no_process(tmp_path):
     out = sc.measure(list(conf.cells), conf, None, say=killer)
     err = next(iter(out.values())).error
     assert err and "exited with status -9" in err
+    [kept] = tmp_path.glob("perfsuite-serve-*/vllm-*.log")
+    assert f"last lines of {kept}" in err
     time.sleep(2)
     assert seen and not _procs_of(seen)
 

@@ -2,7 +2,7 @@
 
 ``register()`` adds them to :data:`perfsuite.ops.registry.OPS` (``hidden``: never in the matrix). The
 ``test_ops`` fixture does so for this process; ``test_ops_env`` gives a worker child an environment whose
-``sitecustomize`` does so at interpreter start (the child is ``python -m perfsuite.ops.worker``).
+``sitecustomize`` does so at interpreter start (the children of the op worker are forked from a ``python -m perfsuite.worker serve`` zygote).
 """
 
 from __future__ import annotations
@@ -19,6 +19,12 @@ from perfsuite.ops.shapes import Shape
 
 def _abort_torch(t: dict[str, Any], s: Shape) -> Any:
     os.abort()  # simulates a device fault (the process dies) for the subprocess-runner tests
+
+
+def _hang_torch(t: dict[str, Any], s: Shape) -> Any:
+    import time
+
+    time.sleep(3600)  # simulates a kernel that never returns, for the worker's timeout
 
 
 def _identity_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
@@ -38,6 +44,7 @@ def _ident_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
 TEST_OPS = (
     Op("_abort", "test-only: the process dies", _ident_inputs, _identity_ref, _abort_torch, hidden=True),
     Op("_nan", "test-only: one NaN", _ident_inputs, _identity_ref, _nan_torch, hidden=True),
+    Op("_hang", "test-only: never returns", _ident_inputs, _identity_ref, _hang_torch, hidden=True),
 )
 
 

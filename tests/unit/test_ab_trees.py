@@ -44,3 +44,15 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
         tpots = [v for k, v in pair["values"].items() if k.endswith(":median_tpot_ms")]
         assert tpots and all(v["B"] >= 19.9 for v in tpots), pair
     assert not (a / "baselines").exists() and not (b / "baselines").exists()
+
+
+def test_the_budget_covers_the_start_and_is_overrun_by_less_than_a_pair(tmp_path: Path) -> None:
+    """A/A on two copies of one tree with a budget barely above ab's own start (probes, plans, the zygotes): the
+    start is counted in the budget and the last pair started ends less than one pair's wall time past it."""
+    a, b = make_tree(tmp_path / "a"), make_tree(tmp_path / "b")
+    out = tmp_path / "ab.json"
+    rc = cli(["ab", "--a", str(a), "--b", str(b), "--budget", "60s", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert rc in (0, 1) and data["stopped"] in ("budget", "decided", "regression"), data["stopped"]
+    assert 0 < data["setup_s"] < data["elapsed_s"] and data["pair_walls_s"]
+    assert data["elapsed_s"] <= data["budget_s"] + max(data["pair_walls_s"]), (data["elapsed_s"], data["pair_walls_s"])

@@ -87,6 +87,23 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, env, 
     assert code == 2 and err.count("\n") == 1 and needle in err, err
 
 
+def test_isolated_cells_give_the_matrix_of_in_process_ones(tmp_path, capsys):
+    """``--isolate all``: every cell in a worker process forked from the one pool's zygote; same cells, same
+    statuses and seeds as in this process."""
+    base = ["--backends", "torch,onnxruntime-cpu", "--ops", "silu,int8_dynamic_matmul", "--dtypes", "float32",
+            "--classes", "unit", "--examples", "1", "--runner-class", "cpu-test-2c", "--known-gaps",
+            str(tmp_path / "gaps.toml"), "-q"]
+    cells = {}
+    for how in ("none", "all"):
+        args = parse([*base, "--isolate", how, "--out", str(tmp_path / how)])
+        cmd.main(args)
+        data = json.loads((tmp_path / how / "ops-matrix.json").read_text())
+        cells[how] = sorted((c["op"], c["backend"], c["dtype"], c["worst"], json.dumps(c["repro"], sort_keys=True))
+                            for c in data["cells"])
+    capsys.readouterr()
+    assert cells["all"] == cells["none"] and len(cells["all"]) == 4
+
+
 def test_uncharacterised_class_reports_and_passes(tmp_path, capsys, monkeypatch):
     """A feature set no known-gaps file characterises (here: no file at all): its gaps are listed, not failed."""
     (tmp_path / "pyproject.toml").write_text("[tool.perfsuite]\n")

@@ -73,6 +73,24 @@ def test_worker_isolates_a_crash(test_ops_env):
     assert crash.status == "crash" and "SIGABRT" in crash.detail and w.crashes == 1
 
 
+def test_worker_kills_a_hung_cell_and_leaves_no_process(test_ops_env, tmp_path, monkeypatch):
+    """A cell past its timeout is a crash; its child is killed and the worker's folder is gone after close."""
+    import tempfile
+
+    import psutil
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with Worker(timeout_s=5, env=test_ops_env) as w:
+        hung = w.run("_hang", "torch", "float32", S, 3)
+        after = w.run("silu", "torch", "float32", S, 3)
+    assert hung.status == "crash" and "timed out after 5 s" in hung.detail, hung.detail
+    assert after.status == "pass"
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left and not list(tmp_path.glob("perfsuite-workers-*"))
+
+
 def test_matrix_worst_and_first_failure(test_ops):
     m = Matrix()
     a = runner.evaluate("silu", "torch", "float32", S)

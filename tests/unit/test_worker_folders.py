@@ -33,6 +33,14 @@ def test_a_failure_keeps_the_folder_and_names_it(tmpdir_here: Path) -> None:
     assert list(kept.glob("*.log"))
 
 
+def test_a_failure_the_caller_only_notes_leaves_no_folder(tmpdir_here: Path) -> None:
+    """The run-start peaks on a device this machine lacks: the error comes back whole, no folder is kept."""
+    with pool.Pool(pool.this_side()) as workers:
+        pr = workers.measure({"kind": "cell", "index": 0, "label": "x"}, fork=True, timeout_s=300, keep_failed=False)
+    assert pr.error and "kept" not in pr.error
+    assert not list(tmpdir_here.glob("perfsuite-workers-*"))
+
+
 def test_a_folder_given_by_the_caller_is_never_removed(tmp_path: Path) -> None:
     given = tmp_path / "workers-a"
     with pool.Pool(pool.this_side(), given):
@@ -40,12 +48,20 @@ def test_a_folder_given_by_the_caller_is_never_removed(tmp_path: Path) -> None:
     assert given.is_dir()
 
 
-def test_a_cprofile_file_keeps_the_folder_for_pytest_benchmark(tmpdir_here: Path) -> None:
-    """In-process (--perf-workers 0) results are adopted too: the profile is read after the pool closed."""
+def test_a_profile_is_read_before_the_pool_removes_its_folder(tmpdir_here: Path) -> None:
+    """--benchmark-cprofile: the coordinator loads each worker's profile into memory while the folder exists, so
+    the pool removes the folder on close and pytest-benchmark still gets the stats (in-process results too)."""
+    import cProfile
+
+    from perfsuite import harness
     from perfsuite.worker.job import MetricResult, ProcessResult
 
     with pool.Pool(pool.this_side()) as workers:
         prof = workers.workdir / "cprofile-0-tpot.prof"
-        prof.write_bytes(b"")
-        workers.adopt(ProcessResult(0, 1, "", {"tpot": MetricResult([], {}, 0, [], {}, str(prof))}, {}, 0.0, 0.0, ""))
-    assert prof.is_file()
+        profiler = cProfile.Profile()
+        profiler.runcall(sorted, [3, 1, 2])
+        profiler.dump_stats(prof)
+        pr = ProcessResult(0, 1, "", {"tpot": MetricResult([], {}, 0, [], {}, str(prof))}, {}, 0.0, 0.0, "")
+        stats = harness._profiles(pr)
+    assert not list(tmpdir_here.glob("perfsuite-workers-*"))
+    assert set(stats) == {"tpot"} and any(fn[2] == "<built-in method builtins.sorted>" for fn in stats["tpot"].stats)
