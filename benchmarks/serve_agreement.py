@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,7 @@ def main() -> int:
             out["points"][load] = {"summary": summary, "perfsuite": ours, "vllm_bench_serve": theirs}
         out["leftover_after_stop"] = None
     out["leftover_after_stop"] = srv.leftover()
+    shutil.rmtree(tmp, ignore_errors=True)  # vLLM's result files and logs; a failed run keeps them (traceback names)
     text = json.dumps(out, indent=1, default=str)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
