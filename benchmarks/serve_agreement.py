@@ -134,14 +134,13 @@ def main() -> int:
             for x in KEYS:
                 o, t = float(np.median([d[x] for d in ours])), float(np.median([d[x] for d in theirs]))
                 summary[x] = {"perfsuite": o, "vllm_bench_serve": t, "rel_diff": (o - t) / t if t else None}
+            summary["server_mean_ttft_ms"], summary["ttft_outside_server_ms"] = {}, {}
             for who, runs in (("perfsuite", ours), ("vllm_bench_serve", theirs)):
-                # client mean TTFT minus the server's mean TTFT of the same run: the time outside vLLM's clock
-                gaps = [d["mean_ttft_ms"] - d["prometheus_ttft"]["server_mean_ms"] for d in runs
+                seen = [(d["mean_ttft_ms"], d["prometheus_ttft"]["server_mean_ms"]) for d in runs
                         if (d.get("prometheus_ttft") or {}).get("server_mean_ms") is not None]
-                summary.setdefault("ttft_outside_server_ms", {})[who] = float(np.median(gaps)) if gaps else None
-                srv_means = [d["prometheus_ttft"]["server_mean_ms"] for d in runs
-                             if (d.get("prometheus_ttft") or {}).get("server_mean_ms") is not None]
-                summary.setdefault("server_mean_ttft_ms", {})[who] = float(np.median(srv_means)) if srv_means else None
+                # the server's mean TTFT of each run, and the client's mean minus it: the time outside vLLM's clock
+                summary["server_mean_ttft_ms"][who] = float(np.median([s for _, s in seen])) if seen else None
+                summary["ttft_outside_server_ms"][who] = float(np.median([c - s for c, s in seen])) if seen else None
             summary["p99_dispatch_delay_ms"] = max(d["p99_dispatch_delay_ms"] for d in ours)
             summary["client_cpu_share"] = max(d["client_cpu_share"] for d in ours)
             out["points"][load] = {"summary": summary, "perfsuite": ours, "vllm_bench_serve": theirs}
