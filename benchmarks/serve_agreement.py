@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfsuite.serve import promcheck
+from perfsuite.serve import promcheck, wirecap
 from perfsuite.serve.cell import started_server
 from perfsuite.serve.load import parse_load
 from perfsuite.serve.point import point_from, run_point
@@ -36,6 +36,14 @@ VLLM_BENCH = ("import sys; from vllm.benchmarks.serve import add_cli_args, main;
               "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
 KEYS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "request_throughput", "mean_ttft_ms", "mean_tpot_ms",
         "mean_itl_ms", "output_throughput")
+
+
+def _wire(cap: wirecap.Capture | None, n: int) -> dict:
+    """The loopback's view of one run: the median TTFT of its ``n`` timed requests (the last ``n`` to start)."""
+    if cap is None:
+        return {}
+    got = cap.timed(n)
+    return {"wire_median_ttft_ms": 1e3 * float(np.median(got)) if got else None, "wire_requests": len(got)}
 
 
 def order(k: int) -> tuple[str, str]:
@@ -98,7 +106,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--stub", nargs=2, type=float, metavar=("TTFT_S", "ITL_S"),
                     help="measure against the stub server streaming with these delays instead of vLLM's")
+    ap.add_argument("--wire", action="store_true",
+                    help="also time each run's TTFT on the loopback (perfsuite.serve.wirecap; needs CAP_NET_RAW)")
     a = ap.parse_args()
+    if a.wire and (why := wirecap.available()):
+        ap.error(f"--wire: {why}")
     tmp = Path(tempfile.mkdtemp(prefix="perfsuite-agree-"))
     out: dict = {"points": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with serving(a, tmp) as (srv, name, vocab, cache, folder):
@@ -112,22 +124,27 @@ def main() -> int:
                 pt = point_from({"load": load, "num_prompts": a.num_prompts, "warmup": a.warmup, "seed": seed,
                                  "input_len": a.input_len, "output_len": a.output_len, "prompt": a.prompt})
                 for who in order(k):
+                    wire = wirecap.capture(srv.port) if a.wire else contextlib.nullcontext(None)
                     if who == "perfsuite":
-                        r = run_point(srv.base_url, name, pt, vocab_size=vocab, cache_dir=cache,
-                                      abort=srv.abort_reason)
+                        with wire as cap:
+                            r = run_point(srv.base_url, name, pt, vocab_size=vocab, cache_dir=cache,
+                                          abort=srv.abort_reason)
                         m = r["metrics"]
                         ours.append({**{x: m[x] for x in KEYS}, "p99_dispatch_delay_ms": m["p99_dispatch_delay_ms"],
                                      "max_dispatch_delay_ms": m["max_dispatch_delay_ms"],
                                      "client_cpu_share": m["client_cpu_share"], "failed": m["failed"],
-                                     "prometheus_ttft": r["prometheus"].get("ttft"), "first": who == order(k)[0]})
+                                     "prometheus_ttft": r["prometheus"].get("ttft"), "first": who == order(k)[0],
+                                     **_wire(cap, a.num_prompts)})
                     else:
                         before = promcheck.snapshot(srv.base_url)
-                        v = vllm_bench(srv.base_url, name, folder, load, a.num_prompts, a.warmup, a.input_len,
-                                       a.output_len, seed, tmp / f"vllm-{load.replace(':', '-')}-{k}.json")
+                        with wire as cap:
+                            v = vllm_bench(srv.base_url, name, folder, load, a.num_prompts, a.warmup, a.input_len,
+                                           a.output_len, seed, tmp / f"vllm-{load.replace(':', '-')}-{k}.json")
                         # the server's view of vLLM's run: its warm-ups are inside this delta (count says so)
                         prom = promcheck.compare(before, promcheck.snapshot(srv.base_url), v)
                         theirs.append({x: v[x] for x in KEYS} | {"failed": v.get("failed"), "first": who == order(k)[0],
-                                                                 "prometheus_ttft": prom.get("ttft")})
+                                                                 "prometheus_ttft": prom.get("ttft"),
+                                                                 **_wire(cap, a.num_prompts)})
                 print(f"{load} pair {k} ({'/'.join(order(k))}): ours {[round(ours[-1][x], 3) for x in KEYS[:4]]} vllm "
                       f"{[round(theirs[-1][x], 3) for x in KEYS[:4]]}", flush=True)
             summary = {}
@@ -141,6 +158,12 @@ def main() -> int:
                 # the server's mean TTFT of each run, and the client's mean minus it: the time outside vLLM's clock
                 summary["server_mean_ttft_ms"][who] = float(np.median([s for _, s in seen])) if seen else None
                 summary["ttft_outside_server_ms"][who] = float(np.median([c - s for c, s in seen])) if seen else None
+            if a.wire:  # each client's median TTFT minus the loopback's median TTFT of the same run
+                summary["wire_median_ttft_ms"] = {w: float(np.median([d["wire_median_ttft_ms"] for d in runs]))
+                                                  for w, runs in (("perfsuite", ours), ("vllm_bench_serve", theirs))}
+                summary["ttft_over_wire_ms"] = {w: float(np.median([d["median_ttft_ms"] - d["wire_median_ttft_ms"]
+                                                                    for d in runs]))
+                                                for w, runs in (("perfsuite", ours), ("vllm_bench_serve", theirs))}
             summary["p99_dispatch_delay_ms"] = max(d["p99_dispatch_delay_ms"] for d in ours)
             summary["client_cpu_share"] = max(d["client_cpu_share"] for d in ours)
             out["points"][load] = {"summary": summary, "perfsuite": ours, "vllm_bench_serve": theirs}
@@ -160,6 +183,9 @@ def main() -> int:
         s = p["summary"]
         print(f"{load}: server mean TTFT (ours / vLLM's runs) {s['server_mean_ttft_ms']}; client minus server "
               f"{s['ttft_outside_server_ms']}")
+        if a.wire:
+            print(f"{load}: loopback median TTFT (ours / vLLM's runs) {s['wire_median_ttft_ms']}; client median minus "
+                  f"loopback median {s['ttft_over_wire_ms']}")
     print("leftover processes after stop:", out["leftover_after_stop"])
     return 0
 

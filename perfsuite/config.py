@@ -16,8 +16,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from perfsuite import schema
 from perfsuite.cells import DEVICES, DTYPES, QUANTIZATIONS, Cell, Scenario
 from perfsuite.preflight import ON_BUSY, LoadPolicy
+from perfsuite.schema import Field, first_unknown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -118,8 +120,22 @@ def _dedupe(cells: list[Cell]) -> list[Cell]:
 # cells' load points); listed here so they are not unknown keys.
 _TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_options", "gate", "preflight", "history",
              "serving"}
-_PREFLIGHT_KEYS = {"max_other_cores", "max_steal_cores", "load_sample_s", "on_busy"}
-_SCENARIO_KEYS = {"batch_size", "prompt_tokens", "new_tokens"}
+_PREFLIGHT_FIELDS = {
+    "max_other_cores": Field("float", "cores busy outside this run that the start tolerates", minimum=0.0,
+                             maximum=1024.0),
+    "max_steal_cores": Field("float", "cores of hypervisor steal that the start tolerates", minimum=0.0,
+                             maximum=1024.0),
+    "load_sample_s": Field("float", "length of the start's load sample", minimum=0.05, maximum=10.0),
+    "on_busy": Field("str", "what a busy machine does to the run", choices=ON_BUSY),
+}
+_SCENARIO_FIELDS = {
+    "batch_size": Field("int", "requests per step", minimum=1),
+    "prompt_tokens": Field("int", "tokens of each prompt", minimum=1),
+    "new_tokens": Field("int", "generated tokens (TPOT needs two)", minimum=2),
+}
+_SCENARIO_KEYS = set(_SCENARIO_FIELDS)
+_PROFILE_INTS = {"warmup_generations": Field("int", minimum=0), "generations": Field("int", minimum=1),
+                 "worker_processes": Field("int", minimum=0)}
 _PROFILE_KEYS = {f for f in Profile.__dataclass_fields__ if f != "name"}
 _CELL_KEYS = {"backend", "model", "dtype", "scenario", "quantization", "tensor_parallel_size", "attn_implementation"}
 
@@ -137,15 +153,11 @@ def _extra_cells(sec: str, value: Any, scenarios: Mapping[str, Scenario],
         missing = sorted({"backend", "model", "dtype", "scenario"} - set(c))
         _expect(not missing, f"{_where(where, missing[0]) if missing else ''}: missing (a cell needs backend, model, "
                              "dtype and scenario)")
-        _expect(c["backend"] in backends, f"{_where(where, 'backend')}: {c['backend']!r} is not one of "
-                                          f"{', '.join(backends)}")
-        _expect(c["dtype"] in DTYPES, f"{_where(where, 'dtype')}: {c['dtype']!r} is not one of {', '.join(DTYPES)}")
-        _expect(c["scenario"] in scenarios, f"{_where(where, 'scenario')}: {c['scenario']!r} is not one of "
-                                            f"{', '.join(scenarios)}")
-        q = c.get("quantization", "none")
-        _expect(q in QUANTIZATIONS, f"{_where(where, 'quantization')}: {q!r} is not one of {', '.join(QUANTIZATIONS)}")
-        attn = c.get("attn_implementation", "sdpa")
-        _expect(attn in ATTN, f"{_where(where, 'attn_implementation')}: {attn!r} is not one of {', '.join(ATTN)}")
+        _checked(where, "backend", c["backend"], Field("str", choices=backends))
+        _checked(where, "dtype", c["dtype"], Field("str", choices=DTYPES))
+        _checked(where, "scenario", c["scenario"], Field("str", choices=tuple(scenarios)))
+        q = _checked(where, "quantization", c.get("quantization", "none"), Field("str", choices=QUANTIZATIONS))
+        attn = _checked(where, "attn_implementation", c.get("attn_implementation", "sdpa"), Field("str", choices=ATTN))
         tp = _pos_int(where, "tensor_parallel_size", c.get("tensor_parallel_size", 1))
         out.append((str(c["backend"]), str(c["model"]), str(c["dtype"]), str(c["scenario"]), str(q), tp, str(attn)))
     return tuple(out)
@@ -161,23 +173,20 @@ def _expect(cond: bool, msg: str) -> None:
 
 
 def _unknown(section: str, keys: set[str], allowed: set[str]) -> None:
-    bad = sorted(keys - allowed)
-    _expect(not bad, f"{_where(section, bad[0]) if bad else ''}: unknown key; allowed: {', '.join(sorted(allowed))}")
+    bad = first_unknown(keys, allowed)
+    _expect(bad is None, f"{_where(section, str(bad))}: unknown key; allowed: {', '.join(sorted(allowed))}")
+
+
+def _checked(section: str, key: str, value: Any, spec: Field) -> Any:
+    return schema.checked(_where(section, key), value, spec, ConfigError)
 
 
 def _str_list(section: str, key: str, value: Any, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    _expect(isinstance(value, list) and all(isinstance(v, str) for v in value) and bool(value),
-            f"{_where(section, key)} must be a non-empty list of strings, got {value!r}")
-    if allowed is not None:
-        for v in value:
-            _expect(v in allowed, f"{_where(section, key)}: {v!r} is not one of {', '.join(allowed)}")
-    return tuple(value)
+    return tuple(_checked(section, key, value, Field("strs", choices=allowed)))
 
 
 def _pos_int(section: str, key: str, value: Any, minimum: int = 1) -> int:
-    _expect(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-            f"{_where(section, key)} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    return int(_checked(section, key, value, Field("int", minimum=minimum)))
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -218,9 +227,7 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
         missing = _SCENARIO_KEYS - set(sc)
         _expect(not missing, f"{_where(sec, sorted(missing)[0]) if missing else ''}: missing (a scenario needs "
                              "batch_size, prompt_tokens and new_tokens)")
-        scenarios[name] = Scenario(name, _pos_int(sec, "batch_size", sc["batch_size"]),
-                                   _pos_int(sec, "prompt_tokens", sc["prompt_tokens"]),
-                                   _pos_int(sec, "new_tokens", sc["new_tokens"], minimum=2))
+        scenarios[name] = Scenario(name, *(int(_checked(sec, k, sc[k], f)) for k, f in _SCENARIO_FIELDS.items()))
     profiles: dict[str, Profile] = {}
     raw_profiles = raw.get("profiles", {})
     _unknown("profiles", set(raw_profiles), set(PROFILES))
@@ -243,9 +250,9 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
             v = pr["tensor_parallel_sizes"]
             _expect(isinstance(v, list) and bool(v), f"{_where(sec, 'tensor_parallel_sizes')} must be a list of integers")
             kw["tensor_parallel_sizes"] = tuple(_pos_int(sec, "tensor_parallel_sizes", t) for t in v)
-        for k in ("warmup_generations", "generations", "worker_processes"):
+        for k, spec in _PROFILE_INTS.items():
             if k in pr:
-                kw[k] = _pos_int(sec, k, pr[k], minimum=1 if k == "generations" else 0)
+                kw[k] = _checked(sec, k, pr[k], spec)
         if "worker_processes_by_backend" in pr:
             v = pr["worker_processes_by_backend"]
             _expect(isinstance(v, Mapping), f"{_where(sec, 'worker_processes_by_backend')} must be a table "
@@ -283,19 +290,12 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
 
 def _preflight(raw: Any) -> LoadPolicy:
     _expect(isinstance(raw, Mapping), "[tool.perfsuite.preflight] must be a table")
-    _unknown("preflight", set(raw), _PREFLIGHT_KEYS)
+    _unknown("preflight", set(raw), set(_PREFLIGHT_FIELDS))
     kw: dict[str, Any] = {}
-    for key, lo, hi in (("max_other_cores", 0.0, 1024.0), ("max_steal_cores", 0.0, 1024.0),
-                        ("load_sample_s", 0.05, 10.0)):
+    for key, spec in _PREFLIGHT_FIELDS.items():
         if key in raw:
-            v = raw[key]
-            _expect(isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi,
-                    f"{_where('preflight', key)} must be a number from {lo:g} to {hi:g}, got {v!r}")
-            kw["interval_s" if key == "load_sample_s" else key] = float(v)
-    if "on_busy" in raw:
-        _expect(raw["on_busy"] in ON_BUSY, f"{_where('preflight', 'on_busy')}: {raw['on_busy']!r} is not one of "
-                                           f"{', '.join(ON_BUSY)}")
-        kw["on_busy"] = raw["on_busy"]
+            v = _checked("preflight", key, raw[key], spec)
+            kw["interval_s" if key == "load_sample_s" else key] = v if key == "on_busy" else float(v)
     return LoadPolicy(**kw)
 
 

@@ -13,65 +13,16 @@ table lists, or a table lists a key no backend reads.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("bool", "int", "float", "str", "table")
+from perfsuite.schema import Field as Option  # the one field type of every perfsuite table (perfsuite.schema)
+from perfsuite.schema import first_unknown, toml
 
 
 class OptionError(ValueError):
     """A backend option that is unknown or has a bad value; the message names the key, what is allowed, the fix."""
 
-
-@dataclass(frozen=True)
-class Option:
-    kind: str  # one of KINDS; "table" is a TOML table of scalar values (ORT's raw provider options)
-    doc: str
-    choices: tuple[Any, ...] | None = None  # allowed values (strings compare case-insensitively if fold_case)
-    minimum: float | None = None
-    maximum: float | None = None
-    workload: bool = True  # False: changes only diagnostics or load time, not what is timed (left out of the hash)
-    fold_case: bool = False
-
-    def check(self, value: Any) -> str | None:
-        """``None`` if ``value`` is allowed, else what is wrong with it."""
-        if self.kind == "bool":
-            ok = isinstance(value, bool)
-        elif self.kind == "int":
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif self.kind == "float":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        elif self.kind == "str":
-            ok = isinstance(value, str)
-        else:
-            ok = isinstance(value, Mapping) and all(
-                isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in value.items())
-        if not ok:
-            want = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
-                    "table": "a table of string/number/boolean values"}[self.kind]
-            return f"must be {want}"
-        if self.choices is not None:
-            got = value.lower() if self.fold_case and isinstance(value, str) else value
-            if got not in self.choices:
-                return "must be one of " + ", ".join(_toml(c) for c in self.choices)
-        if self.minimum is not None and value < self.minimum:
-            return f"must be >= {_num(self.minimum)}"
-        if self.maximum is not None and value > self.maximum:
-            return f"must be <= {_num(self.maximum)}"
-        return None
-
-
-def _toml(v: Any) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else (f'"{v}"' if isinstance(v, str) else str(v))
-
-
-def _num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else str(v)
-
-
-_BOOL = Option("bool", "")
 
 # --- torch / torch-compile (perfsuite/backends/torch_backend.py) ------------------------------------------------
 # Modes of torch 2.13.0's torch._inductor.list_mode_options(); torch.compile(mode=...) rejects any other.
@@ -175,7 +126,7 @@ _VLLM = {
 }
 
 # vllm-llm (perfsuite/backends/vllm_llm.py): vLLM with its defaults through LLM.generate(); a subset of the engine
-# options plus the sampling temperature (vllm_engine_args.VLLM_LLM_OPTIONS).
+# options plus the sampling temperature.
 _VLLM_LLM = {
     **{k: _VLLM[k] for k in ("enforce_eager", "gpu_memory_utilization", "load_format", "max_model_len",
                              "kv_cache_space_gib", "omp_threads_bind", "awq_group_size")},
@@ -203,14 +154,15 @@ def validate(backend: str, options: Mapping[str, Any], where: str | None = None)
     """The options as a plain dict if every key is known and every value allowed; else :class:`OptionError`."""
     table = schema(backend)
     where = where or f"[tool.perfsuite.backend_options.{backend}]"
-    for key in sorted(options, key=str):
-        if key not in table:
-            allowed = ", ".join(sorted(table)) or "none (this backend takes no options)"
-            raise OptionError(f"{where} {key}: unknown option for {backend}; allowed: {allowed}. Fix the spelling "
-                              "or remove the key")
-        problem = table[key].check(options[key])
+    key = first_unknown(options, table)
+    if key is not None:
+        allowed = ", ".join(sorted(table)) or "none (this backend takes no options)"
+        raise OptionError(f"{where} {key}: unknown option for {backend}; allowed: {allowed}. Fix the spelling "
+                          "or remove the key")
+    for key in sorted(options):
+        problem = table[key].problem(options[key])
         if problem:
-            raise OptionError(f"{where} {key} = {_show(options[key])}: {problem} ({table[key].doc})")
+            raise OptionError(f"{where} {key} = {_show(options[key])}: must be {problem[1]} ({table[key].doc})")
     return dict(options)
 
 
@@ -221,4 +173,4 @@ def workload_items(backend: str, options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _show(v: Any) -> str:
-    return _toml(v) if isinstance(v, (bool, str)) else repr(v)
+    return toml(v) if isinstance(v, (bool, str)) else repr(v)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfsuite.backends import options as backend_options
 from perfsuite.cells import Cell
 
 DEFAULT_KV_CACHE_SPACE_GIB = 1
@@ -36,30 +37,11 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 ENGINE_CORE_MODES = ("inproc", "process")
 LLM_BACKEND = "vllm-llm"  # the backend name of the llm mode (perfsuite.backends.vllm_llm)
 
-# Every key [tool.perfsuite.backend_options.vllm] may hold, with what it does. Unknown keys are refused
-# (check_options); these tables are what perfsuite/backends/options.py (the schema of all backends) takes over.
-VLLM_OPTIONS: dict[str, str] = {
-    "engine_core": "inproc (default: scheduler in this process) | process (vLLM's default: engine core process)",
-    "enforce_eager": "bool; default true on the CPU, false on a GPU",
-    "async_scheduling": "bool; default false (step mode needs one step per token)",
-    "kv_cache_space_gib": "whole GiB of KV cache on the CPU (VLLM_CPU_KVCACHE_SPACE); default 1",
-    "gpu_memory_utilization": "fraction of GPU memory for vLLM; default 0.9",
-    "load_format": "vLLM load_format; default auto (dummy: random weights, nothing read)",
-    "max_model_len": "int >= prompt + new tokens; default prompt + new tokens",
-    "omp_threads_bind": "VLLM_CPU_OMP_THREADS_BIND; default: vLLM's (auto) at TP=1, an even split of the allowed "
-                        "CPUs per rank at TP>1 on the CPU",
-    "executor": "distributed_executor_backend; default mp (the model runs in worker processes)",
-    "awq_group_size": "group size of the AWQ checkpoint perfsuite builds from float weights; default: the largest "
-                      "of 128, 64, 32 dividing every input dimension",
-}
-
-# [tool.perfsuite.backend_options.vllm-llm]: vLLM's defaults, so only what decides the cell or the machine's share.
-VLLM_LLM_OPTIONS: dict[str, str] = {
-    **{k: VLLM_OPTIONS[k] for k in ("enforce_eager", "gpu_memory_utilization", "load_format", "max_model_len",
-                                    "kv_cache_space_gib", "omp_threads_bind", "awq_group_size")},
-    "temperature": "sampling temperature of the timed requests; default 0 (greedy, as the step cells); "
-                   "vllm bench latency samples at 1.0",
-}
+# Every key [tool.perfsuite.backend_options.vllm] / [...vllm-llm] may hold, with what it does: read from the one
+# schema of all backends (perfsuite/backends/options.py). Unknown keys are refused (check_options) also for cells
+# that did not come through the config (perfsuite ab --cells, the confirmation's A side).
+VLLM_OPTIONS: dict[str, str] = {k: f.doc for k, f in backend_options.SCHEMAS["vllm"].items()}
+VLLM_LLM_OPTIONS: dict[str, str] = {k: f.doc for k, f in backend_options.SCHEMAS[LLM_BACKEND].items()}
 
 
 class VllmOptionError(ValueError):

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.schema import Field, duration_s
+
 KEYS = frozenset({"confirm", "confirm_budget", "confirm_session_budget", "on_unconfirmed", "confirm_python",
                   "confirm_threads"})
 ON_UNCONFIRMED = ("fail", "warn")
@@ -34,31 +36,26 @@ class ConfirmConfig:
         return min(self.budget_s * max(n_cells, 1), self.session_budget_s)
 
 
+FIELDS = {
+    "confirm": Field("bool", "A/B-confirm a stored-baseline regression in the same session"),
+    "confirm_budget": Field("duration", "wall time per regressed cell"),
+    "confirm_session_budget": Field("duration", "cap for all cells of one session together"),
+    "on_unconfirmed": Field("str", "a screened regression nobody could confirm or refute", choices=ON_UNCONFIRMED),
+    "confirm_python": Field("str", "interpreter for A when its library versions differ"),
+    "confirm_threads": Field("str", "OpenMP threads of both sides beside a co-tenant", choices=("auto", "cell")),
+}
+assert set(FIELDS) == KEYS
+
+
 def parse(raw: Mapping[str, Any], error: Any) -> ConfirmConfig:
     """``error(key, got, allowed, fix="")`` builds the gate's PolicyError."""
-    from perfsuite.commands._common import parse_duration
-    from perfsuite.errors import UsageError
-
-    enabled = raw.get("confirm", True)
-    if not isinstance(enabled, bool):
-        raise error("confirm", enabled, "true or false")
-    durations = {}
-    for key, default in (("confirm_budget", "3m"), ("confirm_session_budget", "10m")):
+    got = {}
+    for key, default in (("confirm", True), ("confirm_budget", "3m"), ("confirm_session_budget", "10m"),
+                         ("on_unconfirmed", "fail"), ("confirm_python", ""), ("confirm_threads", "auto")):
         v = raw.get(key, default)
-        try:
-            durations[key] = parse_duration(str(v), key) if isinstance(v, (str, int, float)) else -1.0
-        except UsageError:
-            durations[key] = -1.0
-        if durations[key] <= 0 or isinstance(v, bool):
-            raise error(key, v, 'a duration such as "90s", "3m" or "1h"')
-    policy = raw.get("on_unconfirmed", "fail")
-    if policy not in ON_UNCONFIRMED:
-        raise error("on_unconfirmed", policy, " | ".join(ON_UNCONFIRMED))
-    python = raw.get("confirm_python", "") or None
-    if python is not None and not isinstance(python, str):
-        raise error("confirm_python", python, "a path to a python interpreter")
-    threads = raw.get("confirm_threads", "auto")
-    if threads not in ("auto", "cell"):
-        raise error("confirm_threads", threads, "auto | cell")
-    return ConfirmConfig(enabled, durations["confirm_budget"], durations["confirm_session_budget"], policy, python,
-                         threads)
+        if FIELDS[key].problem(v):
+            raise error(key, v, FIELDS[key].expects() if key != "confirm_python" else "a path to a python interpreter")
+        got[key] = v
+    return ConfirmConfig(got["confirm"], duration_s(got["confirm_budget"]) or 0.0,
+                         duration_s(got["confirm_session_budget"]) or 0.0, got["on_unconfirmed"],
+                         got["confirm_python"] or None, got["confirm_threads"])

@@ -36,6 +36,7 @@ from typing import Any
 
 from perfsuite import vocabulary
 from perfsuite.confirm import config as confirm_config
+from perfsuite.schema import Field, first_unknown
 
 DIRECTIONS = ("lower_is_better", "higher_is_better")
 EXACT_DIRECTIONS = ("lower_is_better", "higher_is_better", "equal")
@@ -119,29 +120,35 @@ DEFAULT_POLICIES: tuple[Policy, ...] = (
 _TOP = {"alpha", "power", "baseline_runs", "ab_threshold", "ab_margin", "min_run_cv", "policies", "overrides",
         *confirm_config.KEYS}
 _POLICY = {"metric", "direction", "threshold", "exact", "tolerance", "abs_tolerance", "tests", "enabled"}
-_OVERRIDABLE = {"threshold", "tolerance", "abs_tolerance", "enabled"}
 
 
 def _err(key: str, got: Any, allowed: str, fix: str = "") -> PolicyError:
     return PolicyError(f"{_WHERE} {key} = {got!r} is invalid; allowed: {allowed}" + (f"; {fix}" if fix else ""))
 
 
-def _number(key: str, v: Any, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False,
-            integer: bool = False) -> float:
-    kind = "an integer" if integer else "a number"
-    ok = isinstance(v, int if integer else (int, float)) and not isinstance(v, bool)
-    if ok:
-        ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-    if not ok:
-        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-        raise _err(key, v, f"{kind} in {rng}")
-    return v
+_BOOL = Field("bool")
+_THRESHOLD = Field("float", "relative threshold", minimum=0.0, maximum=1.0, max_open=True)
+_TOLERANCE = Field("float", "relative slack of an exact metric", minimum=0.0, maximum=10.0)
+_ABS_TOLERANCE = Field("float", "absolute slack of an exact metric", minimum=0.0, maximum=float("inf"))
+_TOP_FIELDS = {
+    "alpha": Field("float", "family-wise false-alarm rate", minimum=0.0, maximum=0.5, min_open=True, max_open=True),
+    "power": Field("float", "power at which the MDE is reported", minimum=0.5, maximum=1.0, max_open=True),
+    "baseline_runs": Field("int", "newest comparable baseline runs used", minimum=1, maximum=10_000),
+    "ab_threshold": Field("float", "perfsuite ab: regression threshold", minimum=0.0, maximum=1.0, max_open=True),
+    "ab_margin": Field("float", "perfsuite ab: equivalence margin", minimum=0.0, maximum=1.0, min_open=True,
+                       max_open=True),
+    "min_run_cv": Field("float", "floor of the between-run CV", minimum=0.0, maximum=1.0, max_open=True),
+}
+# An override's tolerance may exceed a policy's 10x (it loosens a policy for a few cells only).
+_OVERRIDE_FIELDS = {"threshold": _THRESHOLD, "tolerance": _ABS_TOLERANCE, "abs_tolerance": _ABS_TOLERANCE,
+                    "enabled": _BOOL}
 
 
-def _bool(key: str, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise _err(key, v, "true or false")
-    return v
+def _checked(key: str, v: Any, spec: Field) -> Any:
+    """``v`` if ``spec`` allows it, else the gate's PolicyError naming what is allowed."""
+    if spec.problem(v):
+        raise _err(key, v, spec.expects())
+    return float(v) if spec.kind == "float" else v
 
 
 def check_metric(key: str, metric: Any) -> str:
@@ -166,14 +173,14 @@ def _policy(i: int, raw: Any) -> Policy:
     where = f"policies[{i}]"
     if not isinstance(raw, Mapping):
         raise _err(where, raw, "a table ([[tool.perfsuite.gate.policies]])")
-    unknown = set(raw) - _POLICY
-    if unknown:
-        raise _err(f"{where}.{sorted(unknown)[0]}", raw[sorted(unknown)[0]], f"keys {', '.join(sorted(_POLICY))}",
+    k = first_unknown(raw, _POLICY)
+    if k is not None:
+        raise _err(f"{where}.{k}", raw[k], f"keys {', '.join(sorted(_POLICY))}",
                    "remove or rename the key")
     if "metric" not in raw:
         raise _err(f"{where}.metric", None, METRIC_HELP, "every policy names its metric")
     metric = check_metric(f"{where}.metric", raw["metric"])
-    exact = _bool(f"{where}.exact", raw.get("exact", metric in EXACT_METRICS))
+    exact = _checked(f"{where}.exact", raw.get("exact", metric in EXACT_METRICS), _BOOL)
     if metric in EXACT_METRICS and not exact:
         raise _err(f"{where}.exact", False, "true for " + metric,
                    "counts and peak memory are deterministic enough to gate exactly (add a tolerance if needed)")
@@ -188,49 +195,36 @@ def _policy(i: int, raw: Any) -> Policy:
     if not exact and ("tolerance" in raw or "abs_tolerance" in raw):
         key = "tolerance" if "tolerance" in raw else "abs_tolerance"
         raise _err(f"{where}.{key}", raw[key], "only with exact = true", "use threshold for statistical metrics")
-    threshold = float(_number(f"{where}.threshold", raw.get("threshold", 0.03), 0.0, 1.0, hi_open=True))
-    tol = float(_number(f"{where}.tolerance", raw.get("tolerance", 0.0), 0.0, 10.0))
-    atol = float(_number(f"{where}.abs_tolerance", raw.get("abs_tolerance", 0.0), 0.0, float("inf")))
+    threshold = _checked(f"{where}.threshold", raw.get("threshold", 0.03), _THRESHOLD)
+    tol = _checked(f"{where}.tolerance", raw.get("tolerance", 0.0), _TOLERANCE)
+    atol = _checked(f"{where}.abs_tolerance", raw.get("abs_tolerance", 0.0), _ABS_TOLERANCE)
     tests = raw.get("tests", ["*"])
     if isinstance(tests, str):
         tests = [tests]
     if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t for t in tests):
         raise _err(f"{where}.tests", tests, "a non-empty list of test-name globs, e.g. [\"test_tpot*\"]")
-    enabled = _bool(f"{where}.enabled", raw.get("enabled", True))
+    enabled = _checked(f"{where}.enabled", raw.get("enabled", True), _BOOL)
     return Policy(metric, direction, threshold, exact, tol, atol, tuple(tests), enabled)
 
 
 def _override_values(where: str, raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     out = []
     for k, v in raw.items():
-        if k == "threshold":
-            v = float(_number(f"{where}.{k}", v, 0.0, 1.0, hi_open=True))
-        elif k in ("tolerance", "abs_tolerance"):
-            v = float(_number(f"{where}.{k}", v, 0.0, float("inf")))
-        elif k == "enabled":
-            v = _bool(f"{where}.{k}", v)
-        else:
-            raise _err(f"{where}.{k}", v, f"keys {', '.join(sorted(_OVERRIDABLE))} or a metric table",
+        if k not in _OVERRIDE_FIELDS:
+            raise _err(f"{where}.{k}", v, f"keys {', '.join(sorted(_OVERRIDE_FIELDS))} or a metric table",
                        "remove or rename the key")
-        out.append((k, v))
+        out.append((k, _checked(f"{where}.{k}", v, _OVERRIDE_FIELDS[k])))
     return tuple(out)
 
 
 def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
     """Parse ``[tool.perfsuite.gate]`` (a mapping as tomllib returns it; empty/None = defaults)."""
     raw = dict(raw or {})
-    unknown = set(raw) - _TOP
-    if unknown:
-        k = sorted(unknown)[0]
+    k = first_unknown(raw, _TOP)
+    if k is not None:
         raise _err(k, raw[k], f"keys {', '.join(sorted(_TOP))}", "remove or rename the key")
-    alpha = float(_number("alpha", raw.get("alpha", 0.01), 0.0, 0.5, lo_open=True, hi_open=True))
-    power = float(_number("power", raw.get("power", 0.8), 0.5, 1.0, hi_open=True))
-    runs = int(_number("baseline_runs", raw.get("baseline_runs", 10), 1, 10_000, integer=True))
-    ab_thr = float(_number("ab_threshold", raw.get("ab_threshold", 0.01), 0.0, 1.0, hi_open=True))
-    ab_margin = float(_number("ab_margin", raw.get("ab_margin", 0.02), 0.0, 1.0, lo_open=True, hi_open=True))
-    min_cv = raw.get("min_run_cv")
-    if min_cv is not None:
-        min_cv = float(_number("min_run_cv", min_cv, 0.0, 1.0, hi_open=True))
+    top = {k: _checked(k, raw.get(k, getattr(GateConfig, k)), spec) for k, spec in _TOP_FIELDS.items()
+           if k in raw or getattr(GateConfig, k) is not None}
     pols_raw = raw.get("policies")
     if pols_raw is None:
         policies = DEFAULT_POLICIES
@@ -260,8 +254,7 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
                                + ", ".join(p.metric for p in policies), "add a policy for it first")
                 per.append((k, _override_values(f"{where}.{k}", v)))
         overrides.append(Override(str(pattern), _override_values(where, common), tuple(per)))
-    return GateConfig(alpha, power, runs, ab_thr, ab_margin, min_cv, policies, tuple(overrides),
-                      confirm_config.parse(raw, _err))
+    return GateConfig(**top, policies=policies, overrides=tuple(overrides), confirm=confirm_config.parse(raw, _err))
 
 
 def load_config(pyproject: Any = None, **cli: Any) -> GateConfig:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.cells import DTYPES, model_slug
+from perfsuite.schema import Field, checked, first_unknown
 from perfsuite.serve.point import Point, point_from
 from perfsuite.serve.server import Server, free_port, server_cpus, vllm_argv, vllm_env
 
@@ -30,6 +31,13 @@ else:  # pragma: no cover
 BACKEND = "vllm-serve"
 _KEYS = {"models", "dtype", "prefix_caching", "server_starts", "points", "goodput", "max_failed_fraction",
          "start_timeout_s", "kv_cache_space_gib"}
+_FIELDS = {  # the scalar keys; models, prefix_caching, points and goodput are read below
+    "server_starts": Field("int", "server starts per cell (the replicate)", minimum=1),
+    "max_failed_fraction": Field("float", "failed requests a cell tolerates", minimum=0.0, maximum=1.0,
+                                 max_open=True),
+    "start_timeout_s": Field("float", "seconds until the server is healthy", minimum=0.0, min_open=True),
+    "kv_cache_space_gib": Field("int", "VLLM_CPU_KVCACHE_SPACE of the server", minimum=1),
+}
 
 
 @dataclass(frozen=True)
@@ -82,12 +90,10 @@ def parse(t: Mapping[str, Any], where: str) -> ServingConfig:
 
     if not t:
         return ServingConfig()
-    bad = sorted(set(t) - _KEYS)
+    bad = first_unknown(t, _KEYS)
     if bad:
-        raise ValueError(f"{where} {bad[0]}: unknown key; allowed: {', '.join(sorted(_KEYS))}")
-    dtype = t.get("dtype", "float32")
-    if dtype not in DTYPES:
-        raise ValueError(f"{where} dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
+        raise ValueError(f"{where} {bad}: unknown key; allowed: {', '.join(sorted(_KEYS))}")
+    dtype = checked(f"{where} dtype", t.get("dtype", "float32"), Field("str", choices=DTYPES))
     models = t.get("models", ["tiny-llama"])
     pcs = t.get("prefix_caching", [True])
     if not (isinstance(models, list) and models and isinstance(pcs, list) and pcs
@@ -95,14 +101,10 @@ def parse(t: Mapping[str, Any], where: str) -> ServingConfig:
         raise ValueError(f"{where}: models must be a list of names and prefix_caching a list of true/false")
     pts = [point_from(p, f"{where} points[{i}]") for i, p in enumerate(t.get("points", []))]
     cells = tuple(ServeCell(m, dtype, pc, p) for m in models for pc in pcs for p in pts)
-    starts = t.get("server_starts", 1)
-    if not isinstance(starts, int) or starts < 1:
-        raise ValueError(f"{where} server_starts must be an integer >= 1, got {starts!r}")
-    frac = float(t.get("max_failed_fraction", 0.0))
-    if not 0 <= frac < 1:
-        raise ValueError(f"{where} max_failed_fraction must be from 0 to below 1, got {frac!r}")
+    v = {k: checked(f"{where} {k}", t.get(k, getattr(ServingConfig, k)), spec) for k, spec in _FIELDS.items()}
+    starts, frac = v["server_starts"], float(v["max_failed_fraction"])
     return ServingConfig(cells, starts, parse_goodput(t["goodput"]) if "goodput" in t else {}, frac,
-                         float(t.get("start_timeout_s", 900.0)), int(t.get("kv_cache_space_gib", 1)))
+                         float(v["start_timeout_s"]), v["kv_cache_space_gib"])
 
 
 @contextlib.contextmanager

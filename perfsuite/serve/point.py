@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from perfsuite.schema import first_unknown
 from perfsuite.serve import datasets, metrics, promcheck
 from perfsuite.serve.datasets import Request
 from perfsuite.serve.load import LoadSpec, parse_load, run_load
@@ -69,9 +70,9 @@ def point_from(table: Mapping[str, Any], where: str = "point") -> Point:
     """``{load = "poisson:4", num_prompts = 24, warmup = 2, seed = 0, dataset = "random", input_len = 64, ...}``"""
     allowed = {"load", "num_prompts", "warmup", "seed", "dataset", "input_len", "output_len", "prefix_len",
                "prefix_groups", "sharegpt_path", "sweep", "prompt"}
-    bad = sorted(set(table) - allowed)
+    bad = first_unknown(table, allowed)
     if bad:
-        raise ValueError(f"{where}: unknown key {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
+        raise ValueError(f"{where}: unknown key {bad!r}; allowed: {', '.join(sorted(allowed))}")
     spec = parse_load(str(table.get("load", "poisson:4")), num_requests=int(table.get("num_prompts", 16)),
                       warmup=int(table.get("warmup", 2)), seed=int(table.get("seed", 0)))
     kw = {k: table[k] for k in ("dataset", "input_len", "output_len", "prefix_len", "prefix_groups", "sharegpt_path",

@@ -1,0 +1,172 @@
+"""TTFT as the loopback sees it: a packet capture on ``lo`` that times each streamed completion from the first byte
+of its request to the first byte of its first SSE event with a choice, with the kernel's packet timestamps.
+
+Neither client's own work is in it (building the request before it is sent, parsing the stream after it arrives), so
+it is the reference both clients' TTFT can be held against (benchmarks/serve_agreement.py ``--wire``). It needs
+``CAP_NET_RAW`` (root); :func:`available` says why not where it is missing. The capture runs in its own process with
+its own socket, ends with the block (also on an error or Ctrl-C) and reads only TCP segments of one port.
+
+Parsing is pure and unit-tested on frames built by hand (:func:`tcp_payload`, :class:`Streams`)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4  # the sender's copy of a loopback packet; the receiver's copy (PACKET_HOST) is kept
+SO_TIMESTAMPNS = 35  # Linux asm-generic/socket.h; SCM_TIMESTAMPNS has the same value
+FIRST_CHOICE = re.compile(rb'^data:\s*\{.*"choices"\s*:\s*\[\s*\{', re.MULTILINE)  # an SSE event with a choice
+
+
+def tcp_payload(frame: bytes) -> tuple[int, int, bytes] | None:
+    """``(source port, destination port, payload)`` of an Ethernet frame holding IPv4 or IPv6 TCP; else None."""
+    if len(frame) < 14:
+        return None
+    ethertype = struct.unpack_from("!H", frame, 12)[0]
+    off = 14
+    if ethertype == 0x0800:
+        if len(frame) < off + 20 or frame[off + 9] != 6:
+            return None
+        total = struct.unpack_from("!H", frame, off + 2)[0]
+        end = off + total
+        off += (frame[off] & 0x0F) * 4
+    elif ethertype == 0x86DD:
+        if len(frame) < off + 40 or frame[off + 6] != 6:  # no extension headers on loopback TCP
+            return None
+        end = off + 40 + struct.unpack_from("!H", frame, off + 4)[0]
+        off += 40
+    else:
+        return None
+    if len(frame) < off + 20:
+        return None
+    sport, dport = struct.unpack_from("!HH", frame, off)
+    off += (frame[off + 12] >> 4) * 4
+    return sport, dport, frame[off:min(end, len(frame))]
+
+
+@dataclass
+class Streams:
+    """Per client connection: a request starts at a segment to the server beginning with an HTTP method; its first
+    token is the first later segment from the server holding an SSE event with a non-empty ``choices``."""
+
+    port: int
+    open: dict[int, float] = field(default_factory=dict)  # client port -> request start, waiting for its first token
+    starts: list[float] = field(default_factory=list)
+    ttft_s: list[tuple[float, float]] = field(default_factory=list)  # (request start, TTFT), in order of first token
+
+    def feed(self, t: float, sport: int, dport: int, payload: bytes) -> None:
+        if not payload:
+            return
+        if dport == self.port and payload[:5] in (b"POST ", b"GET /"):
+            if payload[:5] == b"POST ":
+                self.open[sport] = t
+                self.starts.append(t)
+        elif sport == self.port and dport in self.open and FIRST_CHOICE.search(payload):
+            st = self.open.pop(dport)
+            self.ttft_s.append((st, t - st))
+
+    def timed(self, last: int) -> list[float]:
+        """TTFTs of the ``last`` requests to start (a run's test request and warm-ups come first), in start order;
+        a request among them without a first token is left out (so fewer than ``last`` says some failed)."""
+        if last <= 0 or not self.starts:
+            return []
+        cut = sorted(self.starts)[-min(last, len(self.starts))]
+        return [d for st, d in sorted(self.ttft_s) if st >= cut]
+
+
+def available() -> str | None:
+    """None if a loopback capture can be opened here, else why not."""
+    try:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
+    except (OSError, AttributeError) as exc:
+        return f"no loopback packet capture: {exc} (needs Linux and CAP_NET_RAW, e.g. root)"
+    s.close()
+    return None
+
+
+def _capture(port: int) -> None:
+    """The capture process: frames of ``port`` on ``lo`` until its stdin closes, then one JSON line on stdout."""
+    import json
+    import os
+    import select
+    import sys
+
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
+    s.bind(("lo", 0))
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+    streams = Streams(port)
+    print("ready", flush=True)
+    while True:
+        readable, _, _ = select.select([s, sys.stdin], [], [], 1.0)
+        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
+            break  # the parent closed our stdin (or died): stop
+        if s not in readable:
+            continue
+        frame, anc, _flags, addr = s.recvmsg(1 << 16, socket.CMSG_SPACE(16))
+        if addr[2] == PACKET_OUTGOING:
+            continue
+        got = tcp_payload(frame)
+        if got is None or port not in got[:2]:
+            continue
+        t = next((sec + ns * 1e-9 for lvl, typ, data in anc if lvl == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS
+                  for sec, ns in [struct.unpack("qq", data[:16])]), None)
+        if t is not None:
+            streams.feed(t, *got)
+    print(json.dumps({"starts": streams.starts, "ttft_s": streams.ttft_s}), flush=True)
+
+
+@dataclass
+class Capture:
+    port: int
+    starts: list[float] = field(default_factory=list)
+    ttft_s: list[tuple[float, float]] = field(default_factory=list)
+
+    def timed(self, last: int) -> list[float]:
+        return Streams(self.port, {}, self.starts, self.ttft_s).timed(last)
+
+
+@contextlib.contextmanager
+def capture(port: int, start_timeout_s: float = 30.0) -> Iterator[Capture]:
+    """Capture the block's requests to ``port`` on ``lo``; the yielded :class:`Capture` is filled when it ends.
+    The capture process is its own session (Ctrl-C reaches the caller, whose ``finally`` ends it) and also ends by
+    itself when this process dies (its stdin closes)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.serve.wirecap", str(port)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    cap = Capture(port)
+    try:
+        import select
+
+        ok, _, _ = select.select([proc.stdout], [], [], start_timeout_s)
+        line = proc.stdout.readline() if ok else b""
+        if line.strip() != b"ready":
+            proc.kill()
+            err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace").strip().splitlines()
+            raise RuntimeError(f"the loopback capture did not start: {err[-1] if err else 'no output'}")
+        yield cap
+        out, _ = proc.communicate(timeout=30)  # closes its stdin: the capture stops and reports
+        got = json.loads(out.decode().strip().splitlines()[-1])
+        cap.starts, cap.ttft_s = list(got["starts"]), [tuple(x) for x in got["ttft_s"]]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    _capture(int(sys.argv[1]))
