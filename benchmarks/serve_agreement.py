@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from perfsuite.serve import promcheck, wirecap
 from perfsuite.serve.cell import started_server
 from perfsuite.serve.load import parse_load
 from perfsuite.serve.point import point_from, run_point
-from perfsuite.serve.server import Server, free_port
+from perfsuite.serve.server import Server, free_port, server_cpus
 
 VLLM_BENCH = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
               "from vllm.utils.argparse_utils import FlexibleArgumentParser; p = FlexibleArgumentParser(); "
@@ -108,6 +109,9 @@ def main() -> int:
                     help="measure against the stub server streaming with these delays instead of vLLM's")
     ap.add_argument("--wire", action="store_true",
                     help="also time each run's TTFT on the loopback (perfsuite.serve.wirecap; needs CAP_NET_RAW)")
+    ap.add_argument("--no-pin-clients", dest="pin_clients", action="store_false",
+                    help="leave both clients where the kernel puts them (default: both on the cores the server does "
+                         "not have, perfsuite.serve.server.server_cpus)")
     a = ap.parse_args()
     if a.wire and (why := wirecap.available()):
         ap.error(f"--wire: {why}")
@@ -115,6 +119,12 @@ def main() -> int:
     out: dict = {"points": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with serving(a, tmp) as (srv, name, vocab, cache, folder):
         out["server_start_s"] = srv.start_s
+        free = sorted(set(os.sched_getaffinity(0)) - set(server_cpus() or []))
+        if a.pin_clients and free and not a.stub:
+            # the same cores for both clients (vLLM's runs in a child, which inherits this): neither competes with
+            # the server for its core, and neither is given one the other lacks
+            os.sched_setaffinity(0, free)
+        out["client_cpus"] = sorted(os.sched_getaffinity(0))
         out["server"] = "stub" if a.stub else a.model
         out["our_prompts"] = a.prompt
         for load in a.load or ["poisson:2", "poisson:4"]:
