@@ -115,7 +115,7 @@ def main(args: argparse.Namespace) -> int:
 
         with started_server(args.start, start_timeout_s=args.start_timeout, keep_logs=True) as (srv, name, vocab, cache):
             result = run(srv.base_url, args.model or name, pts, args, slos, min(vocab, args.vocab_size), cache,
-                         abort=srv.abort_reason)
+                         abort=srv.abort_reason, client_cpus=srv.client_cpus)
             result["server"] = {"model": args.start, "start_s": srv.start_s, "log": str(srv.log_path)}
     else:
         from perfsuite.models import default_cache_dir
@@ -134,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slos: dict[str, float] | None,
-        vocab: int, cache: Path, abort: Any = None) -> dict[str, Any]:
+        vocab: int, cache: Path, abort: Any = None, client_cpus: list[int] | None = None) -> dict[str, Any]:
     from perfsuite.serve.point import SCHEMA, run_point
 
     out: dict[str, Any] = {"schema": SCHEMA, "base_url": base_url, "model": model, "points": []}
@@ -153,7 +153,8 @@ def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slo
         def one(rate: float) -> dict[str, Any]:
             p = replace(pts[0], load=replace(pts[0].load, rate=rate))
             r = run_point(base_url, model, p, vocab_size=vocab, cache_dir=cache, slos_ms=slos,
-                          max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout)
+                          max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout,
+                          client_cpus=client_cpus)
             print(summary(r), file=sys.stderr)
             return r
 
@@ -164,7 +165,8 @@ def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slo
         return out
     for p in pts:
         r = run_point(base_url, model, p, vocab_size=vocab, cache_dir=cache, slos_ms=slos,
-                      max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout)
+                      max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout,
+                      client_cpus=client_cpus)
         out["points"].append(r)
         print(summary(r), file=sys.stderr)
     return out

@@ -180,7 +180,7 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
                     rng.shuffle(order)
                     at = functools.partial(run_point, srv.base_url, name, vocab_size=vocab, cache_dir=cache,
                                            slos_ms=conf.goodput or None, max_failed_fraction=conf.max_failed_fraction,
-                                           abort=srv.abort_reason)
+                                           abort=srv.abort_reason, client_cpus=srv.client_cpus)
                     for c in order:
                         if out[c.id].error:
                             continue

@@ -11,11 +11,13 @@ handed to the HTTP client: the client's own lateness). vLLM's client does not co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -277,9 +279,37 @@ async def _run(url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, wa
 
 def run_load(base_url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, *, warmup: Sequence[Request] = (),
              abort: Callable[[], str | None] | None = None, timeout_s: float = 600.0, ignore_eos: bool = True,
-             headers: dict[str, str] | None = None, on_timed_start: Callable[[], None] | None = None) -> LoadResult:
+             headers: dict[str, str] | None = None, on_timed_start: Callable[[], None] | None = None,
+             cpus: Sequence[int] | None = None) -> LoadResult:
     """Run one load point against ``base_url`` (``http://127.0.0.1:PORT``) and return every request's record.
     ``abort`` is polled while the load runs: a reason (the server exited) stops sending and cancels what is in
-    flight; those requests count as failed. ``on_timed_start`` runs between the warm-up and the timed phase."""
+    flight; those requests count as failed. ``on_timed_start`` runs between the warm-up and the timed phase.
+    ``cpus``: the cores the calling thread (the event loop, and threads it starts) runs on for the load's length
+    (``Server.client_cpus``: the ones the server does not have), restored afterwards."""
     url = base_url.rstrip("/") + "/v1/completions"
-    return asyncio.run(_run(url, model, reqs, spec, warmup, abort, timeout_s, ignore_eos, headers, on_timed_start))
+    with _pinned(cpus):
+        return asyncio.run(_run(url, model, reqs, spec, warmup, abort, timeout_s, ignore_eos, headers,
+                                on_timed_start))
+
+
+@contextlib.contextmanager
+def _pinned(cpus: Sequence[int] | None) -> Iterator[None]:
+    """This thread on ``cpus`` inside the block (Linux: a thread's own affinity; pid 0 is the calling thread).
+
+    Why: on a 2-core machine with the server bound to core 0, an unpinned client was sometimes scheduled beside it
+    and sent late. With both clients of benchmarks/serve_agreement.py pinned to core 1 (22:58 UTC, 4 pairs), our
+    client read TTFT 0.96-1.37 ms above the loopback capture against 1.01-8.03 ms unpinned (22:48 UTC), and the
+    highest dispatch delay p99 at poisson:4 was 0.93 ms against 2.10 ms (docs/serving.md)."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, set(cpus))
+    except OSError:
+        before = set()
+    try:
+        yield
+    finally:
+        if before:
+            os.sched_setaffinity(0, before)

@@ -4,7 +4,7 @@ cross-check and every request's record."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -106,7 +106,10 @@ def requests(point: Point, vocab_size: int, cache_dir: Path, seed_offset: int = 
 
 def run_point(base_url: str, model: str, point: Point, *, vocab_size: int, cache_dir: Path,
               slos_ms: Mapping[str, float] | None = None, max_failed_fraction: float = 0.0,
-              abort: Callable[[], str | None] | None = None, timeout_s: float = 600.0) -> dict[str, Any]:
+              abort: Callable[[], str | None] | None = None, timeout_s: float = 600.0,
+              client_cpus: Sequence[int] | None = None) -> dict[str, Any]:
+    """One load point; ``client_cpus``: where the load generator runs (``Server.client_cpus`` of a server perfsuite
+    started; None: where the kernel puts it)."""
     reqs = requests(point, vocab_size, cache_dir)
     warm, timed = reqs[:point.load.warmup], reqs[point.load.warmup:]
     before: list[Any] = []
@@ -115,10 +118,11 @@ def run_point(base_url: str, model: str, point: Point, *, vocab_size: int, cache
         before.append(promcheck.snapshot(base_url))
 
     res = run_load(base_url, model, timed, point.load, warmup=warm, abort=abort, timeout_s=timeout_s,
-                   on_timed_start=snapshot_after_warmup)
+                   on_timed_start=snapshot_after_warmup, cpus=client_cpus)
     after = promcheck.snapshot(base_url) if before and before[0] is not None else None
     m = metrics.compute(res, slos_ms)
     return {"point": point.as_dict(), "model": model, "base_url": base_url, "metrics": m,
+            "client_cpus": list(client_cpus) if client_cpus else None,
             "samples": metrics.samples_ms(res.records), "prometheus": promcheck.compare(before[0] if before else None,
                                                                                       after, m),
             "aborted": res.aborted, "failure": metrics.failure(m, max_failed_fraction) or res.aborted,

@@ -105,6 +105,15 @@ class Server:
     def base_url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
+    @property
+    def client_cpus(self) -> list[int] | None:
+        """The cores this process may use that the server's tree does not have: where a load generator talking to
+        it should run (:func:`perfsuite.serve.load.run_load` ``cpus``); None if the server was not bound."""
+        if not self.cpus or not hasattr(os, "sched_getaffinity"):
+            return None
+        free = sorted(set(os.sched_getaffinity(0)) - set(self.cpus))
+        return free or None
+
     def start(self) -> Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()

@@ -30,6 +30,7 @@ class StubServer:
     def __init__(self, stub: Stub) -> None:
         self.stub, self.name, self.start_s, self.proc = stub, f"stub server (port {stub.port})", 0.0, _Proc()
         self.base_url = stub.base_url
+        self.client_cpus: list[int] | None = None  # the stub is a thread of this process: no cores of its own
 
     def check(self) -> None:
         return None

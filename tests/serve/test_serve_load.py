@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -219,3 +220,23 @@ def test_text_prompts_are_the_same_tokens_for_the_server(tmp_path):
     assert text.slug.startswith("random-i12-o16-text-") and ids.slug.startswith("random-i12-o16-poisson")
     with pytest.raises(ValueError, match="prompt 'words': use one of ids, text"):
         point_from({"prompt": "words"})
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="pinning needs two usable cores")
+def test_the_client_runs_on_the_given_cores_for_the_load_only():
+    import os
+
+    from perfsuite.serve.server import Server
+
+    allowed = sorted(os.sched_getaffinity(0))
+    srv = Server(["true"], port=1, log_path=Path("unused.log"), cpus=allowed[:-1])
+    assert srv.client_cpus == allowed[-1:]  # the cores the server's tree does not have
+    assert Server(["true"], port=1, log_path=Path("unused.log")).client_cpus is None
+    seen = []
+    reqs = datasets.random_requests(3, 4, 2, 2048)
+    with Stub(ttft_s=0.002, itl_s=0.002) as stub:
+        res = run_load(stub.base_url, "stub", reqs, LoadSpec("poisson", rate=50, num_requests=3, warmup=0),
+                       on_timed_start=lambda: seen.append(sorted(os.sched_getaffinity(0))), cpus=srv.client_cpus)
+    assert seen == [allowed[-1:]]  # a thread the load started ran on the client's cores
+    assert sorted(os.sched_getaffinity(0)) == allowed  # and this thread has all of them back
+    assert metrics.compute(res)["completed"] == 3
