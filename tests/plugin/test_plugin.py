@@ -281,8 +281,19 @@ def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
     of 4 baselines two of which caught this VM's stalled processes, CI 2026-12-01). An undecidable run warns with the MDE and the ab command, and
     --perf-fail-on-inconclusive turns that into a failure."""
     p = project(n=4, g=2, w=3)
+    # Four accepted baseline runs in a row. The baseline acceptance refuses a 4th run that is slower than the first
+    # three (the product working: the VM had changed state since them; CI 2026-12-02 kept 3 of 4, and at 3 runs,
+    # df 2, the MDE of an 11x slowdown was 14000 %). A refusal means the series straddles two machine states: start
+    # the series again, up to 4 times.
+    stored = lambda: sorted((p.path / "baselines").rglob("0*.json"))  # noqa: E731
     for _ in range(4):
-        run(p, "--perf-update-baselines").assert_outcomes(passed=3)
+        for f in stored():
+            f.unlink()
+        for _ in range(4):
+            run(p, "--perf-update-baselines").assert_outcomes(passed=3)
+        if len(stored()) == 4:
+            break
+    assert len(stored()) == 4, "no series of 4 recordings was accepted in 4 tries"
     res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
                                  "-W", "default::perfsuite.session.GateInconclusive")
     out = res.stdout.str()
@@ -295,12 +306,18 @@ def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
     out = res.stdout.str()
     assert "median_tpot_ms: regression" in out, out
     res.assert_outcomes(failed=2, passed=1)
-    # One baseline run is not enough to fail on: inconclusive, visible, and a failure only when asked.
+    # One baseline run is not enough to fail on: inconclusive, visible, and a failure only when asked. The slowed run
+    # keeps that verdict inconclusive whatever the VM does meanwhile (unslowed, CI 2026-12-02 read "improvement"
+    # -40..-50 % when the VM left its slow state between the recording and this run).
     for f in sorted((p.path / "baselines").rglob("0*.json"))[1:]:
         f.unlink()
-    res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
-                                 "-W", "default::perfsuite.session.GateInconclusive")
-    out = res.stdout.str()
-    assert res.ret == 0 and "GateInconclusive" in out and "record more baseline runs" in out
-    res = run(p, "--benchmark-compare", "--perf-fail-on-inconclusive")
+    os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"] = "10"
+    try:
+        res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
+                                     "-W", "default::perfsuite.session.GateInconclusive")
+        out = res.stdout.str()
+        assert res.ret == 0 and "GateInconclusive" in out and "record more baseline runs" in out, out
+        res = run(p, "--benchmark-compare", "--perf-fail-on-inconclusive")
+    finally:
+        del os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"]
     assert res.ret == 1 and "--perf-fail-on-inconclusive" in res.stdout.str()
