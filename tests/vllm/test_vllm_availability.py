@@ -22,9 +22,11 @@ def test_plain_cell_available():
     assert create(_cell()).availability() is None
 
 
-def test_awq_runs_in_16_bit_and_float32_skips_with_vllms_reason():
+def test_awq_runs_in_16_bit_and_float32_skips_with_vllms_reason(monkeypatch):
     """The float preset gets an AWQ checkpoint built for it (perfsuite.quant.awq); vLLM's AWQ method takes 16-bit
-    activations only, and says so."""
+    activations only, and says so. vLLM's config validation is what is tested, so the W4A16 kernel is injected as
+    present (an AVX2-only CPU lacks it: that skip is tests/vllm/test_vllm_kernel_probes.py's)."""
+    monkeypatch.setenv("PERFSUITE_KERNEL_PROBES", "vllm.cpu_gemm_wna16=present")
     assert create(_cell(quantization="awq", dtype="bfloat16")).availability() is None
     reason = create(_cell(quantization="awq")).availability()
     assert reason is not None and reason.startswith("vllm 0.")
