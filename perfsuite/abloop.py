@@ -1,8 +1,9 @@
 """The randomized-pair loop of a two-tree A/B, shared by ``perfsuite ab`` and the in-session confirmation of a
 stored-baseline regression (perfsuite.confirm).
 
-Each pair measures one cell once on A and once on B, in coin-flip order, in fresh worker processes of each side's
-own tree; every gated (cell, metric) is a :class:`Member` whose confidence sequence gets ``log(B / A)`` of the pair.
+Each pair measures one cell once on A and once on B in fresh worker processes of each side's own tree: in lockstep
+(both alive, taking turns generation by generation, each round's order a coin flip: perfsuite.lockstep) when both
+trees support it, else one after the other in coin-flip order; every gated (cell, metric) is a :class:`Member` whose confidence sequence gets ``log(B / A)`` of the pair.
 Pairs are added until the caller's ``decide`` settles every member (or ``stop`` says so) or the wall-time budget is
 spent. The budget rule (:class:`BudgetRule`) is pure and is given the clock, so tests drive it with fake pair
 durations: a pair is started only if the slowest of the recent pairs would still fit, so the budget is overrun by
@@ -116,23 +117,55 @@ class PairsInterrupted(KeyboardInterrupt):
         self.run = run
 
 
+def pairing(asked: str, facts: dict[str, dict[str, Any]]) -> tuple[bool, str]:
+    """Whether pairs run in lockstep, and the line that says so (a tree from before perfsuite.lockstep cannot)."""
+    from perfsuite import lockstep
+
+    if asked == "sequential":
+        return False, "pairs: sequential (--pairs sequential): one worker after the other"
+    old = [s.upper() for s in ("a", "b") if not lockstep.supported(facts.get(s) or {})]
+    if old:
+        return False, (f"pairs: sequential: side {' and '.join(old)}'s tree predates lockstep pairs (its workers "
+                       "cannot take turns); drift between a pair's two processes is not cancelled")
+    return True, "pairs: lockstep: both workers of a pair alive together, taking turns generation by generation"
+
+
 def measure_side(pl: Any, cell: dict[str, Any], plan: dict[str, Any], n: int, s: str, metrics: Sequence[str],
                  rng: random.Random) -> Any:
-    from perfsuite import scheduler
-    from perfsuite.worker.job import cell_from_dict
-
     if cell["backend"] == "vllm-serve":  # a server start from the side's own tree (perfsuite.serve.replicate)
         from perfsuite.serve.replicate import measure_or_fail
 
         return measure_or_fail(pl.side, cell, plan["profile"], n, s.upper())
-    c = cell_from_dict(cell)
-    job = scheduler.Job(c, tuple(metrics), plan["generations"], plan["warmup_generations"], index=n, label=s.upper())
-    pr = scheduler.measure(pl, job)
+    from perfsuite import scheduler
+
+    return _checked(scheduler.measure(pl, _job(cell, plan, n, s, metrics)), s, n, cell["id"])
+
+
+def _job(cell: dict[str, Any], plan: dict[str, Any], n: int, s: str, metrics: Sequence[str]) -> Any:
+    from perfsuite import scheduler
+    from perfsuite.worker.job import cell_from_dict
+
+    return scheduler.Job(cell_from_dict(cell), tuple(metrics), plan["generations"], plan["warmup_generations"],
+                         index=n, label=s.upper())
+
+
+def _checked(pr: Any, s: str, n: int, cell_id: str) -> Any:
     if pr.skip:
-        raise UsageError(f"side {s.upper()} cannot run {c.id}: {pr.skip}")
+        raise UsageError(f"side {s.upper()} cannot run {cell_id}: {pr.skip}")
     if pr.error:
-        raise UsageError(f"side {s.upper()}, pair {n}, {c.id}: worker failed: {pr.error}")
+        raise UsageError(f"side {s.upper()}, pair {n}, {cell_id}: worker failed: {pr.error}")
     return pr
+
+
+def measure_lockstep(pools: dict[str, Any], cell: dict[str, Any], plans: dict[str, dict[str, Any]], n: int,
+                     metrics: Sequence[str], rng: random.Random) -> tuple[list[str], dict[str, Any], list[str]]:
+    """One lockstep pair of ``cell`` (perfsuite.scheduler.measure_pair): (start order, results, round orders)."""
+    from perfsuite import scheduler
+
+    jobs = {s: _job(cell, plans[s], n, s, metrics) for s in ("a", "b")}
+    pr = scheduler.measure_pair(pools, jobs, rng, lockstep=True)
+    got = {s: _checked(pr.results[s], s, n, cell["id"]) for s in ("a", "b")}
+    return [pr.first, "b" if pr.first == "a" else "a"], got, pr.rounds
 
 
 def value(pr: Any, mem: Member) -> float:
@@ -172,11 +205,13 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
               mems: list[Member], *, budget_s: float, max_pairs: int, rng: random.Random,
               decide: Callable[[Member], tuple[str, str]], stop: Callable[[list[Member]], str | None],
               metrics: Mapping[str, Sequence[str]] | None = None, progress: Callable[[int, float], None] | None = None,
-              clock: Callable[[], float] = time.monotonic, measure: Measure = measure_side) -> PairRun:
+              clock: Callable[[], float] = time.monotonic, measure: Measure = measure_side,
+              lockstep: bool = False) -> PairRun:
     """Rounds of one pair per cell (cells in random order) until ``stop(members)`` names a reason, ``max_pairs``
     rounds are done, or the next pair would not fit the budget (:class:`BudgetRule`). ``decide(member)`` gives
     ``(kind, note)`` after every round ("open" while undecided). ``metrics``: what each cell's workers measure
-    (default all)."""
+    (default all). ``lockstep``: both sides' workers of a pair alive together, taking turns generation by
+    generation (perfsuite.lockstep; both trees must support it); otherwise one after the other via ``measure``."""
     from perfsuite.worker.job import METRICS
 
     rule = BudgetRule(budget_s)
@@ -193,12 +228,17 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
                 if not rule.next_fits(clock() - t0, walls):
                     out_of_budget = True
                     break
-                order = ["a", "b"] if rng.random() < 0.5 else ["b", "a"]
                 what = (metrics or {}).get(cell["id"], METRICS)
                 tp = clock()
-                got = {s: measure(pools[s], cell, plans[s], n, s, what, rng) for s in order}
+                rounds: list[str] | None = None
+                if lockstep and cell.get("backend") != "vllm-serve":  # a serving replicate is a server start
+                    order, got, rounds = measure_lockstep(pools, cell, plans, n, what, rng)
+                else:
+                    order = ["a", "b"] if rng.random() < 0.5 else ["b", "a"]
+                    got = {s: measure(pools[s], cell, plans[s], n, s, what, rng) for s in order}
                 walls.append(clock() - tp)
-                pairs.append(record_pair(n, cell, order, got, mems))
+                pairs.append({**record_pair(n, cell, order, got, mems), "lockstep": rounds is not None,
+                              **({"rounds": "".join(r[0] for r in rounds)} if rounds else {})})
             for m in mems:
                 m.kind, m.note = decide(m)
             if progress is not None:

@@ -16,7 +16,7 @@ tokens as host lists, so every timed call ends with the device synchronised.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from perfsuite import metrics, vocabulary
@@ -99,14 +99,21 @@ def generate(backend: Backend, prompts: list[list[int]], new_tokens: int) -> Gen
 
 
 def measure_generations(backend: Backend, prompts: list[list[int]], new_tokens: int, generations: int, warmup: int,
-            wanted: Sequence[str] = TIMED) -> dict[str, Measurement]:
-    """``warmup`` untimed then ``generations`` timed generations -> one Measurement per wanted test."""
+            wanted: Sequence[str] = TIMED, turn: Callable[[], None] | None = None) -> dict[str, Measurement]:
+    """``warmup`` untimed then ``generations`` timed generations -> one Measurement per wanted test. ``turn``
+    (perfsuite.lockstep.Gate.turn) is called before each generation and once after the last, outside every timed
+    interval: it waits for this process's turn in a lockstep pair."""
     unknown = sorted(set(wanted) - set(TIMED))
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}: expected some of {list(TIMED)}")
     length = new_tokens if set(wanted) - {"ttft"} else 1
-    gens = [generate(backend, prompts, length) for _ in range(warmup + generations)][warmup:]
-    return {m: cut(m, gens, len(prompts), new_tokens) for m in wanted}
+    wait = turn or (lambda: None)
+    gens = []
+    for _ in range(warmup + generations):
+        wait()
+        gens.append(generate(backend, prompts, length))
+    wait()
+    return {m: cut(m, gens[warmup:], len(prompts), new_tokens) for m in wanted}
 
 
 def cut(metric: str, gens: Sequence[Generation], batch: int, new_tokens: int) -> Measurement:

@@ -76,3 +76,54 @@ def run(workers: Any, jobs: Sequence[Job], rng: random.Random, *, modes: dict[st
         if progress is not None:
             progress(n, len(order), job, pr)
     return out
+
+
+@dataclass
+class PairResult:
+    """Both sides of one A/B pair, and how they ran: ``lockstep`` (alive together, taking turns generation by
+    generation in the ``rounds`` orders) or one after the other (``first`` started first)."""
+
+    results: dict[str, ProcessResult]
+    lockstep: bool
+    first: str
+    rounds: list[str]
+
+
+def measure_pair(pools: dict[str, Any], jobs: dict[str, Job], rng: random.Random, *, lockstep: bool = True,
+                 modes: dict[str, str] | None = None) -> PairResult:
+    """One pair: ``jobs[side]`` in a fresh worker of ``pools[side]`` each, sides in coin-flip order. With
+    ``lockstep`` both workers load at once, then take turns (perfsuite.lockstep): every round of generations runs
+    both sides, its order a coin flip, so drift over seconds lands on both. Without it, one process after the
+    other (the sides' trees must speak lockstep for it: ``lockstep.supported``)."""
+    order = list(jobs)
+    rng.shuffle(order)
+    if not lockstep:
+        return PairResult({s: measure(pools[s], jobs[s], (modes or {}).get(jobs[s].cell.id)) for s in order},
+                          False, order[0], [])
+    from perfsuite.lockstep import Conductor, LockstepError
+
+    with Conductor(order) as cond:
+        running: dict[str, Any] = {}
+        try:
+            for s in order:
+                mode = (modes or {}).get(jobs[s].cell.id) or mode_for(jobs[s].cell.backend, 1)
+                running[s] = pools[s].start({**jobs[s].wire(), "lockstep": cond.address(s)}, fork=mode == "fork")
+            ready = cond.wait_ready(lambda s: running[s].ended())
+            rounds = {s: jobs[s].warmup + jobs[s].generations for s in ready}
+            orders: list[str] = []
+            if len(ready) == len(order):  # else a side ended before its first generation: its result says why
+                try:
+                    orders = cond.run_rounds(rounds, rng)
+                except LockstepError:  # a side died mid-run: the others run freely to their end; its result
+                    pass  # (or its process status) says what happened
+            cond.release()
+            return PairResult({s: running[s].finish() for s in order}, True, order[0], orders)
+        except BaseException:
+            for r in running.values():
+                r.kill()
+            for r in running.values():
+                try:
+                    r.finish()
+                except Exception:
+                    pass
+            raise

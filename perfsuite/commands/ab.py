@@ -45,6 +45,10 @@ def register(sub: Any) -> None:
     p.add_argument("--threads", choices=("auto", "cell"), default="auto",
                    help="auto (default): when another process holds cores, both sides' workers run with "
                    "OMP_NUM_THREADS = the free cores (perfsuite.cotenant); cell: every cell at its own default")
+    p.add_argument("--pairs", choices=("lockstep", "sequential"), default="lockstep",
+                   help="lockstep (default): a pair's two workers alive together, taking turns generation by "
+                   "generation, so drift lands on both sides (needs both trees to support it, else sequential); "
+                   "sequential: one worker after the other")
     p.add_argument("--budget", default="5m", help="wall-time budget, e.g. 90s, 2m, 1h (default 5m)")
     p.add_argument("--max-pairs", type=int, default=1000, help="stop after this many pairs (default 1000)")
     p.add_argument("--profile", default="smoke", help="profile whose cells and generations are used (default smoke)")
@@ -126,12 +130,13 @@ def main(args: argparse.Namespace) -> int:
     plan_args = {"profile": args.profile, "backend": args.backend, "model": args.model, "device": args.device,
                  "cells": args.cells}
     plans = {}
+    facts = {}
     try:
         for s, side in sides.items():
             pool.probe(side)
             plans[s] = pool.plan(side, plan_args)
-            pool.probe(side, ("perfsuite.worker.child", *pool.preload_modules({c["backend"] for c in
-                                                                               plans[s]["cells"]})))
+            facts[s] = pool.probe(side, ("perfsuite.worker.child", *pool.preload_modules({c["backend"] for c in
+                                                                                          plans[s]["cells"]})))
             plans[s]["cells"] += serve_replicate.cells(side, plan_args)  # serving cells: a start is a replicate
     except pool.SideError as exc:
         raise UsageError(str(exc)) from None
@@ -151,6 +156,8 @@ def main(args: argparse.Namespace) -> int:
           f"metric(s), alpha {config.alpha:g} (Bonferroni), regression beyond {config.ab_threshold:.1%}, "
           f"unchanged inside ±{config.ab_margin:.1%}, budget {budget:.0f} s", flush=True)
     print(f"perfsuite ab: {threads.line}", flush=True)
+    lockstep, pairing = abloop.pairing(args.pairs, facts)
+    print(f"perfsuite ab: {pairing}", flush=True)
 
     def decide(m: abloop.Member) -> tuple[str, str]:
         d = sequential.decide(m.cs, tau, eps)
@@ -167,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
           flush=True)
     try:
         run = abloop.run_pairs(pools, plans, cells, members, budget_s=left, max_pairs=args.max_pairs, rng=rng,
-                               decide=decide, stop=stop, progress=lambda n, el: progress.update(
+                               decide=decide, stop=stop, lockstep=lockstep, progress=lambda n, el: progress.update(
                                    abloop.progress_line(n, el + setup_s, budget, members)))
     except abloop.PairsInterrupted as exc:  # Ctrl-C: keep the pairs measured so far (a half pair is not one)
         run = exc.run
@@ -187,7 +194,7 @@ def main(args: argparse.Namespace) -> int:
     result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
-              "threads": threads.as_dict(), "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
+              "threads": threads.as_dict(), "pairs_mode": "lockstep" if lockstep else "sequential", "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
               "budget_s": budget, "setup_s": setup_s, "pair_walls_s": list(run.pair_walls),
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
               "pairs": pairs, "verdicts": rows}

@@ -141,12 +141,13 @@ class Confirmation:
                     "backend": ",".join(sorted({by_id[c].backend for c in cells})),
                     "model": ",".join(sorted({by_id[c].model for c in cells}))}
             plans: dict[str, dict[str, Any]] = {}
+            facts: dict[str, dict[str, Any]] = {}
             for s, side in sides.items():
                 what = f"A's tree (the baselines' commit {sha[:12]})" if s == "a" else "this tree"
                 try:
                     pool.probe(side)
                     plans[s] = pool.plan(side, args)
-                    pool.probe(side, ("perfsuite.worker.child", *pool.preload_modules(
+                    facts[s] = pool.probe(side, ("perfsuite.worker.child", *pool.preload_modules(
                         {c["backend"] for c in plans[s]["cells"]})))
                 except pool.SideError as exc:
                     raise CannotConfirm(f"{what} does not import: {exc}") from None
@@ -161,7 +162,9 @@ class Confirmation:
                                   select=lambda cid, m, metric: (cid, m, metric) in wanted)
             metrics = {c: sorted({t.test_metric for t in targets if t.cell_id == c}) for c in cells}
             left = budget - (time.monotonic() - t0)  # what the worktree, the probes and the plans left of it
-            run = self._pairs(sides, plans, cell_dicts, mems, left, metrics, say, wt.parent)
+            lockstep, pairing = abloop.pairing("lockstep", facts)
+            say(f"perfsuite confirm: {pairing}")
+            run = self._pairs(sides, plans, cell_dicts, mems, left, metrics, say, wt.parent, lockstep)
         say(f"perfsuite confirm: {len(run.pairs)} pair(s) in {time.monotonic() - t0:.0f} s (stopped: {run.stopped});"
             " temporary worktree removed")
         by_key = {(m.cell_id, m.test_metric, m.metric): m for m in mems}
@@ -172,7 +175,8 @@ class Confirmation:
 
     @staticmethod
     def _pairs(sides: dict[str, Any], plans: dict[str, Any], cells: list[dict[str, Any]], mems: list[Any],
-               budget: float, metrics: dict[str, list[str]], say: Callable[[str], None], workdir: Path) -> Any:
+               budget: float, metrics: dict[str, list[str]], say: Callable[[str], None], workdir: Path,
+               lockstep: bool = False) -> Any:
         from perfsuite import abloop
         from perfsuite.errors import UsageError
         from perfsuite.worker import pool
@@ -193,7 +197,7 @@ class Confirmation:
         try:
             return abloop.run_pairs(pools, plans, cells, mems, budget_s=budget, max_pairs=1000, rng=random.Random(),
                                     decide=decide, stop=lambda ms: "decided" if all(m.kind != "open" for m in ms)
-                                    else None, metrics=metrics, progress=progress)
+                                    else None, metrics=metrics, progress=progress, lockstep=lockstep)
         except (UsageError, pool.SideError) as exc:
             raise CannotConfirm(f"the A/B failed: {exc}") from None
         finally:

@@ -90,6 +90,8 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
             info[k] = float(np.mean([m[k] for m in per_start]))
     info["p99_dispatch_delay_ms"] = max(m["p99_dispatch_delay_ms"] for m in per_start)
     info["client_cpu_share"] = max(m["client_cpu_share"] for m in per_start)
+    info["client_cpus"] = next((rep.result.get("client_cpus") for rep in reps if rep.result.get("client_cpus")),
+                               None)  # where the load generator ran (None: where the kernel put it)
     info["samples"] = {key: values}
     info["processes"] = [{"index": rep.index, "pid": rep.pid, "load_s": round(rep.start_s, 3),
                           "wall_s": round(rep.result["metrics"]["duration"], 4), "samples": {key: rep.result[

@@ -114,11 +114,12 @@ def _probe(modules: list[str]) -> int:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
+    from perfsuite.lockstep import VERSION as LOCKSTEP
     from perfsuite.worker.job import PROTOCOL
 
     print(json.dumps({"perfsuite_file": perfsuite.__file__, "python": sys.executable,
-                      "python_version": platform.python_version(), "protocol": PROTOCOL, "versions": versions,
-                      "import_errors": missing}))
+                      "python_version": platform.python_version(), "protocol": PROTOCOL, "lockstep": LOCKSTEP,
+                      "versions": versions, "import_errors": missing}))
     return 0
 
 

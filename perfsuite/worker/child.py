@@ -16,13 +16,17 @@ from perfsuite.worker.job import cell_from_dict
 def run_job(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """Measure one job; returns the wire result (never raises for a backend failure: it is reported)."""
     import perfsuite
+    from perfsuite.lockstep import Gate
 
     base: dict[str, Any] = {"index": job.get("index", 0), "label": job.get("label", ""),
                             "perfsuite_file": perfsuite.__file__, "pid": os.getpid()}
+    gate = Gate.connect(job.get("lockstep"))  # a lockstep pair's turns (none: run freely)
     try:
-        return {**base, **_measure(job, workdir)}
+        return {**base, **_measure(job, workdir, gate)}
     except Exception as exc:
         return {**base, "error": _one_line(exc), "detail": traceback.format_exc()[-4000:]}
+    finally:
+        gate.close()
 
 
 def _one_line(exc: BaseException) -> str:
@@ -30,7 +34,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:600]}"
 
 
-def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
+def _measure(job: dict[str, Any], workdir: Path, gate: Any = None) -> dict[str, Any]:
     if job.get("kind") == "peaks":  # the run-start roofline references, measured in a worker like everything else
         from perfsuite import roofline
 
@@ -77,8 +81,8 @@ def _measure(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
         sampler = devicemem.DeviceMemorySampler(cell.device, devicemem.default_indices(cell.tensor_parallel_size)) \
             if cell.device != "cpu" and wanted else None
         with sampler if sampler is not None else _nothing():
-            measured = measure.measure_generations(backend, prompts, sc.new_tokens, gens, warm, wanted) if wanted \
-                else {}
+            measured = measure.measure_generations(backend, prompts, sc.new_tokens, gens, warm, wanted,
+                                                   turn=gate.turn if gate is not None else None) if wanted else {}
         memory = backend.memory_stats().as_dict()
         if sampler is not None:
             memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})

@@ -192,71 +192,33 @@ class Pool:
         return res
 
     def _measure(self, job: dict[str, Any], fork: bool, timeout_s: float) -> ProcessResult:
+        return self.start(job, fork=fork, timeout_s=timeout_s).finish()
+
+    def start(self, job: dict[str, Any], *, fork: bool = True, timeout_s: float = 1800) -> Running:
+        """Start one job in a fresh worker and return at once (a lockstep pair runs two at a time, one per pool);
+        :meth:`Running.finish` collects it. A pool runs one job at a time."""
         self._count += 1
         stem = f"{self.side.label or 'w'}{self._count:04d}"
         job_path, out, log = (self.workdir / f"{stem}.job.json", self.workdir / f"{stem}.out.json",
                               self.workdir / f"{stem}.log")
         job_path.write_text(json.dumps(job))
-        t0 = time.perf_counter()
+        run = Running(self, job, out, log, timeout_s, time.perf_counter())
         if fork:
-            pid, status = self._run_forked(job_path, out, log, timeout_s)
+            if self._zygote is None or self._zygote.poll() is not None:
+                self._start_zygote()
+            self._send({"op": "measure", "job": str(job_path), "out": str(out), "log": str(log)})
+            started = self._recv(timeout_s=120)
+            if not started or started.get("event") != "started":
+                raise SideError(f"worker zygote of {self.side.tree} did not start a child: {started}")
+            run.pid = int(started["pid"])
         else:
-            pid, status = self._run_spawned(job_path, out, log, timeout_s)
-        wall = time.perf_counter() - t0
-        idx, label = int(job.get("index", 0)), str(job.get("label", ""))
-        if out.is_file():
-            try:
-                res = ProcessResult.from_wire(json.loads(out.read_text()), pid=pid, wall_s=wall)
-            except (ValueError, TypeError, KeyError) as exc:
-                return ProcessResult.failed(idx, pid, label, f"unreadable worker result {out}: {exc}",
-                                            _tail(log), wall)
-            if status != 0 and res.error is None:
-                return ProcessResult.failed(idx, pid, label, f"worker process {pid} {_signal_text(status)} after "
-                                            "writing its result", _tail(log), wall)
-            return res
-        what = f"timed out after {timeout_s:.0f} s and was killed" if status == -9 and wall >= timeout_s \
-            else _signal_text(status)
-        return ProcessResult.failed(idx, pid, label, f"worker process {pid} died: {what} (log {log})", _tail(log),
-                                    wall)
-
-    def _run_forked(self, job: Path, out: Path, log: Path, timeout_s: float) -> tuple[int, int]:
-        if self._zygote is None or self._zygote.poll() is not None:
-            self._start_zygote()
-        self._send({"op": "measure", "job": str(job), "out": str(out), "log": str(log)})
-        started = self._recv(timeout_s=120)
-        if not started or started.get("event") != "started":
-            raise SideError(f"worker zygote of {self.side.tree} did not start a child: {started}")
-        pid = int(started["pid"])
-        self.current_pid = pid
-        try:
-            msg = self._recv(timeout_s=timeout_s)
-            if msg is None:
-                _killpg(pid)
-                msg = self._recv(timeout_s=60)
-            return pid, int((msg or {}).get("status", -9))
-        except BaseException:
-            _killpg(pid)  # the child leads a process group of its own (worker serve)
-            raise
-        finally:
-            self.current_pid = None
-
-    def _run_spawned(self, job: Path, out: Path, log: Path, timeout_s: float) -> tuple[int, int]:
-        with open(log, "a") as fh:
-            proc = subprocess.Popen([self.side.python, "-m", "perfsuite.worker", "run", str(job), str(out)],
-                                    cwd=self.side.tree, env=self.side.environ(), stdout=fh, stderr=fh,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self.current_pid = proc.pid
-        try:
-            return proc.pid, proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _killpg(proc.pid)
-            return proc.pid, proc.wait()
-        except BaseException:
-            _killpg(proc.pid)
-            proc.wait()
-            raise
-        finally:
-            self.current_pid = None
+            with open(log, "a") as fh:
+                run.proc = subprocess.Popen([self.side.python, "-m", "perfsuite.worker", "run", str(job_path),
+                                             str(out)], cwd=self.side.tree, env=self.side.environ(), stdout=fh,
+                                            stderr=fh, stdin=subprocess.DEVNULL, start_new_session=True)
+            run.pid = run.proc.pid
+        self.current_pid = run.pid
+        return run
 
     def close(self) -> None:
         try:
@@ -305,6 +267,80 @@ class Pool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class Running:
+    """A job started by :meth:`Pool.start`: its worker process (forked by the pool's zygote, or spawned)."""
+
+    pool: Pool
+    job: dict[str, Any]
+    out: Path
+    log: Path
+    timeout_s: float
+    t0: float
+    pid: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    status: int | None = None
+
+    def ended(self) -> bool:
+        """Whether the worker process has exited (never blocks)."""
+        if self.status is None:
+            if self.proc is not None:
+                self.status = self.proc.poll()
+            else:
+                msg = self.pool._recv(timeout_s=0.001)
+                if msg is not None:
+                    self.status = int(msg.get("status", -9))
+        return self.status is not None
+
+    def kill(self) -> None:
+        _killpg(self.pid)  # the worker leads a process group of its own
+
+    def finish(self) -> ProcessResult:
+        """Wait for the process (killed at its timeout) and read its result."""
+        try:
+            if self.status is None:
+                left = max(self.timeout_s - (time.perf_counter() - self.t0), 0.001)
+                if self.proc is not None:
+                    try:
+                        self.status = self.proc.wait(timeout=left)
+                    except subprocess.TimeoutExpired:
+                        self.kill()
+                        self.status = self.proc.wait()
+                else:
+                    msg = self.pool._recv(timeout_s=left)
+                    if msg is None:
+                        self.kill()
+                        msg = self.pool._recv(timeout_s=60)
+                    self.status = int((msg or {}).get("status", -9))
+        except BaseException:
+            self.kill()
+            if self.proc is not None:
+                self.proc.wait()
+            raise
+        finally:
+            self.pool.current_pid = None
+        return self._result(time.perf_counter() - self.t0)
+
+    def _result(self, wall: float) -> ProcessResult:
+        pid, status, job, out, log = self.pid, int(self.status if self.status is not None else -9), self.job, \
+            self.out, self.log
+        idx, label = int(job.get("index", 0)), str(job.get("label", ""))
+        if out.is_file():
+            try:
+                res = ProcessResult.from_wire(json.loads(out.read_text()), pid=pid, wall_s=wall)
+            except (ValueError, TypeError, KeyError) as exc:
+                return ProcessResult.failed(idx, pid, label, f"unreadable worker result {out}: {exc}",
+                                            _tail(log), wall)
+            if status != 0 and res.error is None:
+                return ProcessResult.failed(idx, pid, label, f"worker process {pid} {_signal_text(status)} after "
+                                            "writing its result", _tail(log), wall)
+            return res
+        what = f"timed out after {self.timeout_s:.0f} s and was killed" if status == -9 and wall >= self.timeout_s \
+            else _signal_text(status)
+        return ProcessResult.failed(idx, pid, label, f"worker process {pid} died: {what} (log {log})", _tail(log),
+                                    wall)
 
 
 def _kill(pid: int) -> None:

@@ -84,6 +84,7 @@ def test_a_sweep_cell_end_to_end_on_the_stub(monkeypatch, tmp_path):
     assert sw["knee_rate"] in (8.0, 16.0) and sw["stopped"].startswith(("at 32", "at 64"))
     assert len(sw["knee_rate_per_start"]) == 2 and all("sweep" in p for p in benches[0]["extra_info"]["processes"])
     assert benches[0]["extra_info"]["cell"]["point"]["load"]["rate"] == 8.0  # the gate sees the fixed point
+    assert benches[0]["extra_info"]["client_cpus"] is None  # recorded; the stub server has no cores of its own
     lines = run_table({"benchmarks": benches}, None)
     assert lines[0].split()[:7] == ["serving", "cell", *table.COLUMNS[:5]]
     assert any("knee" in ln and "req/s" in ln for ln in lines)
