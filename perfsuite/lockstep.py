@@ -2,10 +2,10 @@
 generation, so that the machine's drift falls on both sides of every pair alike.
 
 Why: in the VM's slow state one generation's TPOT moves ±15 % and consecutive generations are correlated (lag 1
-+0.63, lag 10 +0.24: benchmarks/lockstep_timescale.py, data in benchmarks/data/lockstep-20261202/). A pair that runs A's process, then B's, compares two
-windows a second apart; one that alternates their generations compares the same window. Measured inside one
-process on the same data, the spread of log(B/A) of 5+5 generations fell from 0.123 (one block after the other)
-to 0.083 (alternating).
++0.63, lag 10 +0.24; benchmarks/lockstep_timescale.py, data in benchmarks/data/lockstep-20261202/). A pair that
+runs A's process, then B's, compares two windows a second apart; one that alternates their generations compares
+the same window. Measured inside one process on the same data, the spread of log(B/A) of 5+5 generations fell from
+0.123 (one block after the other) to 0.083 (alternating).
 
 Protocol (a Unix stream socket per side, one byte each way): the worker connects when its job starts; before each
 generation (warm-up ones included) and once after the last it sends ``r`` ("ready" / "done") and waits for one
