@@ -3,7 +3,8 @@ stored-baseline regression (perfsuite.confirm).
 
 Each pair measures one cell once on A and once on B in fresh worker processes of each side's own tree: in lockstep
 (both alive, taking turns generation by generation, each round's order a coin flip: perfsuite.lockstep) when both
-trees support it, else one after the other in coin-flip order; every gated (cell, metric) is a :class:`Member` whose confidence sequence gets ``log(B / A)`` of the pair.
+trees support it, else one after the other in coin-flip order; every gated (cell, metric) is a :class:`Member`
+whose confidence sequence gets ``log(B / A)`` of the pair.
 Pairs are added until the caller's ``decide`` settles every member (or ``stop`` says so) or the wall-time budget is
 spent. The budget rule (:class:`BudgetRule`) is pure and is given the clock, so tests drive it with fake pair
 durations: a pair is started only if the slowest of the recent pairs would still fit, so the budget is overrun by
@@ -163,7 +164,7 @@ def measure_lockstep(pools: dict[str, Any], cell: dict[str, Any], plans: dict[st
     from perfsuite import scheduler
 
     jobs = {s: _job(cell, plans[s], n, s, metrics) for s in ("a", "b")}
-    pr = scheduler.measure_pair(pools, jobs, rng, lockstep=True)
+    pr = scheduler.measure_pair(pools, jobs, rng)
     got = {s: _checked(pr.results[s], s, n, cell["id"]) for s in ("a", "b")}
     return [pr.first, "b" if pr.first == "a" else "a"], got, pr.rounds
 

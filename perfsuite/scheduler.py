@@ -80,26 +80,20 @@ def run(workers: Any, jobs: Sequence[Job], rng: random.Random, *, modes: dict[st
 
 @dataclass
 class PairResult:
-    """Both sides of one A/B pair, and how they ran: ``lockstep`` (alive together, taking turns generation by
-    generation in the ``rounds`` orders) or one after the other (``first`` started first)."""
+    """Both sides of one lockstep pair: ``first`` started first; ``rounds`` the order of each round of turns."""
 
     results: dict[str, ProcessResult]
-    lockstep: bool
     first: str
     rounds: list[str]
 
 
-def measure_pair(pools: dict[str, Any], jobs: dict[str, Job], rng: random.Random, *, lockstep: bool = True,
+def measure_pair(pools: dict[str, Any], jobs: dict[str, Job], rng: random.Random, *,
                  modes: dict[str, str] | None = None) -> PairResult:
-    """One pair: ``jobs[side]`` in a fresh worker of ``pools[side]`` each, sides in coin-flip order. With
-    ``lockstep`` both workers load at once, then take turns (perfsuite.lockstep): every round of generations runs
-    both sides, its order a coin flip, so drift over seconds lands on both. Without it, one process after the
-    other (the sides' trees must speak lockstep for it: ``lockstep.supported``)."""
+    """One lockstep pair: ``jobs[side]`` in a fresh worker of ``pools[side]`` each, started in coin-flip order;
+    both load at once, then take turns (perfsuite.lockstep): every round of generations runs both sides, its order a
+    coin flip, so drift over seconds lands on both. (Sequential pairs are two :func:`measure` calls.)"""
     order = list(jobs)
     rng.shuffle(order)
-    if not lockstep:
-        return PairResult({s: measure(pools[s], jobs[s], (modes or {}).get(jobs[s].cell.id)) for s in order},
-                          False, order[0], [])
     from perfsuite.lockstep import Conductor, LockstepError
 
     with Conductor(order) as cond:
@@ -117,7 +111,7 @@ def measure_pair(pools: dict[str, Any], jobs: dict[str, Job], rng: random.Random
                 except LockstepError:  # a side died mid-run: the others run freely to their end; its result
                     pass  # (or its process status) says what happened
             cond.release()
-            return PairResult({s: running[s].finish() for s in order}, True, order[0], orders)
+            return PairResult({s: running[s].finish() for s in order}, order[0], orders)
         except BaseException:
             for r in running.values():
                 r.kill()

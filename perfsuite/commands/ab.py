@@ -194,7 +194,8 @@ def main(args: argparse.Namespace) -> int:
     result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
-              "threads": threads.as_dict(), "pairs_mode": "lockstep" if lockstep else "sequential", "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
+              "threads": threads.as_dict(), "pairs_mode": "lockstep" if lockstep else "sequential",
+              "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
               "budget_s": budget, "setup_s": setup_s, "pair_walls_s": list(run.pair_walls),
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
               "pairs": pairs, "verdicts": rows}
