@@ -10,7 +10,11 @@ optionally ``--gap`` apart, and splits the noise of each gated metric into its l
 
 and turns them into what each verdict can detect here: the minimum detectable effect of
 ``pytest --benchmark-compare`` against ``baseline_runs`` stored runs, and the pairs (and minutes) ``perfsuite ab``
-needs to decide a 5 % and a 2 % slowdown.
+needs to decide a 5 % and a 2 % slowdown. ``ab``'s pairs run in lockstep (perfsuite.lockstep: both workers alive,
+taking turns), which cancels drift the between-process spread of one-after-the-other processes includes, so each run
+also measures ``--pairs`` A/A lockstep pairs of this tree and predicts ``ab`` from their spread of log(B/A); with
+``--pairs 0`` (and for serving cells, whose pairs are sequential) the prediction is sqrt(2) x the between-process
+spread.
 
   perfsuite calibrate --runs 5 --backend torch --gap 60s --json calib.json
   perfsuite calibrate --profile pr --cells 'vllm-serve-*' --runs 3 --workers 2   # serving: a start per replicate
@@ -37,6 +41,8 @@ def register(sub: Any) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=5, help="independent runs (default 5; >= 2)")
     p.add_argument("--workers", type=int, default=None, help="processes per cell and run (default: the profile's)")
+    p.add_argument("--pairs", type=int, default=4, help="A/A lockstep pairs per cell and run, as ab measures them; "
+                   "their spread predicts ab's pairs (default 4; 0: predict from the between-process spread)")
     p.add_argument("--gap", default="0s", help="pause between runs, e.g. 60s, to see drift over time")
     p.add_argument("--profile", default="smoke")
     p.add_argument("--backend", default=None)
@@ -59,6 +65,8 @@ def main(args: argparse.Namespace) -> int:
     check_locations((args.json, "--json", "file"), cache=True)
     if args.runs < 2:
         raise UsageError("--runs must be >= 2 (between-run noise needs two runs)")
+    if args.pairs < 0:
+        raise UsageError(f"--pairs must be >= 0 (A/A lockstep pairs per cell and run), not {args.pairs}")
     gap = parse_duration(args.gap, "--gap") if args.gap not in ("0", "0s") else 0.0
     try:
         config = load_config(args.config)
@@ -89,8 +97,11 @@ def main(args: argparse.Namespace) -> int:
     values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]] = {
         c.id: {m: [[] for _ in range(args.runs)] for m in METRICS} for c in cells}
     walls: list[float] = []
+    pairs: dict[str, dict[str, list[float]]] = {c.id: {m: [] for m in METRICS} for c in cells}
+    pair_walls: list[float] = []
     prog = Progress(min_interval_s=10.0)
-    with pool.Pool(side, preload=pool.preload_modules({c.backend for c in cells})) as workers_pool:
+    preload = pool.preload_modules({c.backend for c in cells})
+    with pool.Pool(side, preload=preload) as workers_pool, pool.Pool(side, preload=preload) as twin:
         for r in range(args.runs):
             if r and gap:
                 time.sleep(gap)
@@ -98,8 +109,7 @@ def main(args: argparse.Namespace) -> int:
                     for c in cells for i in range(workers)]
 
             def collect(k: int, total: int, job: scheduler.Job, pr: Any, r: int = r) -> None:
-                if pr.skip or pr.error:
-                    raise UsageError(f"{job.cell.id}: {pr.skip or pr.error}")
+                _check(job, pr)
                 walls.append(pr.wall_s)
                 for m in METRICS:
                     gen = pr.metrics[m].samples[f"{m}_ms"]
@@ -107,13 +117,31 @@ def main(args: argparse.Namespace) -> int:
                 prog.update(f"run {r + 1}/{args.runs}, process {k}/{total}")
 
             scheduler.run(workers_pool, jobs, rng, progress=collect)
+            for k in range(args.pairs):
+                for c in cells:
+                    pj = {s: scheduler.Job(c, METRICS, plan["generations"], plan["warmup_generations"], index=k,
+                                           label=s.upper()) for s in ("a", "b")}
+                    res = scheduler.measure_pair({"a": workers_pool, "b": twin}, pj, rng).results
+                    for s in ("a", "b"):
+                        _check(pj[s], res[s])
+                    pair_walls.append(max(res["a"].wall_s, res["b"].wall_s))
+                    for m in METRICS:
+                        pairs[c.id][m].append(math.log(float(np.median(res["b"].metrics[m].samples[f"{m}_ms"])) /
+                                                       float(np.median(res["a"].metrics[m].samples[f"{m}_ms"]))))
+                    prog.update(f"run {r + 1}/{args.runs}, A/A lockstep pair {k + 1}/{args.pairs} of {c.id}")
     prog.done()
-    report = decompose(values, config, workers, float(np.mean(walls)))
+    report = decompose(values, config, workers, float(np.mean(walls)),
+                       pairs=pairs if args.pairs else None, pair_wall_s=float(np.mean(pair_walls or [math.nan])))
     lines = format_report(report)
     if serve_rep is not None:
         report["serving"] = serve_rep
         lines += serve_calibrate.format_lines(serve_rep)
     return _emit(report, args.json, lines)
+
+
+def _check(job: Any, pr: Any) -> None:
+    if pr.skip or pr.error:
+        raise UsageError(f"{job.cell.id}: {pr.skip or pr.error}")
 
 
 def _emit(report: dict[str, Any], path: Path | None, lines: list[str]) -> int:
@@ -125,9 +153,14 @@ def _emit(report: dict[str, Any], path: Path | None, lines: list[str]) -> int:
 
 
 def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]], config: Any, workers: int,
-              process_wall_s: float, gate_workers: int | None = None) -> dict[str, Any]:
-    """``workers``: replicates measured per run; ``gate_workers``: those a gated run has (default the same)."""
-    from perfsuite.gate import sequential, stats
+              process_wall_s: float, gate_workers: int | None = None, *,
+              pairs: dict[str, dict[str, list[float]]] | None = None, pair_wall_s: float = math.nan
+              ) -> dict[str, Any]:
+    """``workers``: replicates measured per run; ``gate_workers``: those a gated run has (default the same).
+    ``pairs``: log(B/A) of A/A lockstep pairs per cell and metric, each ``pair_wall_s`` long; with 3 or more, ab's
+    pairs are predicted from their SD (``ab_model`` "lockstep"), else from sqrt(2) x the between-process spread
+    ("sequential", also kept as ``ab_sequential``)."""
+    from perfsuite.gate import stats
 
     gw = gate_workers or workers
     out: dict[str, Any] = {"workers": workers, "process_wall_s": process_wall_s, "cells": {}}
@@ -150,27 +183,50 @@ def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]
             se = math.sqrt((s_a**2 + s_e**2 / gw) * (1 + 1 / r))
             mde_gate = stats.mde(se, r - 1, alpha_test, config.power, thr)
             tau, eps = math.log1p(config.ab_threshold), math.log1p(config.ab_margin)
-            pair_s = 2 * process_wall_s
-            ab = {}
-            for pct in (0.05, 0.02):
-                n = sequential.pairs_needed(math.sqrt(2) * s_e, math.log1p(pct), config.alpha / 3, tau, eps)
-                ab[f"{pct:.0%}"] = {"pairs_80pct": n, "minutes_80pct": None if n is None else n * pair_s / 60}
+            ab_seq = _ab(math.sqrt(2) * s_e, 2 * process_wall_s, config.alpha / 3, tau, eps)
+            lock = (pairs or {}).get(cid, {}).get(m) or []
+            s_pair = float(np.std(lock, ddof=1)) if len(lock) >= 3 else math.nan
+            ab = _ab(s_pair, pair_wall_s, config.alpha / 3, tau, eps) if math.isfinite(s_pair) else ab_seq
             out["cells"][cid][m] = {
                 "cv_within_process": math.expm1(within_proc), "cv_between_processes": math.expm1(s_e),
                 "cv_between_runs": math.expm1(s_a), "cv_run_value": math.expm1(math.sqrt(var_means))
                 if math.isfinite(var_means) else None, "runs": len(logs),
-                "gate_mde": math.expm1(mde_gate), "gate_alpha_per_test": alpha_test, "ab": ab}
+                "gate_mde": math.expm1(mde_gate), "gate_alpha_per_test": alpha_test, "ab": ab,
+                "ab_model": "lockstep" if math.isfinite(s_pair) else "sequential", "ab_sequential": ab_seq,
+                "lockstep_pairs": len(lock), "sd_log_pair": s_pair if math.isfinite(s_pair) else None,
+                "sd_log_pair_sequential": math.sqrt(2) * s_e}
     return out
+
+
+def _ab(sd_pair: float, pair_s: float, alpha: float, tau: float, eps: float) -> dict[str, dict[str, Any]]:
+    """Pairs (and minutes, at ``pair_s`` a pair) ab needs to decide +5 % and +2 % with 80 % power."""
+    from perfsuite.gate import sequential
+
+    ab = {}
+    for pct in (0.05, 0.02):
+        n = sequential.pairs_needed(sd_pair, math.log1p(pct), alpha, tau, eps)
+        ab[f"{pct:.0%}"] = {"pairs_80pct": n, "minutes_80pct": None if n is None or not math.isfinite(pair_s)
+                            else n * pair_s / 60}
+    return ab
 
 
 def format_report(rep: dict[str, Any]) -> list[str]:
     lines = [f"noise by level (CV of median per process; {rep['workers']} processes per run, {rep['process_wall_s']:.1f} s "
-             "per process)", f"{'cell / metric':<52} {'within':>7} {'between':>8} {'between':>8} {'gate':>7}  "
-             "ab pairs (minutes) to decide", f"{'':<52} {'process':>7} {'procs':>8} {'runs':>8} {'MDE':>7}  +5 %, +2 %"]
+             "per process)", f"{'cell / metric':<52} {'within':>7} {'between':>8} {'between':>8} {'gate':>7} "
+             f"{'A/A pair':>8}  ab pairs (minutes) to decide",
+             f"{'':<52} {'process':>7} {'procs':>8} {'runs':>8} {'MDE':>7} {'SD':>8}  +5 %, +2 %"]
+    models = set()
     for cid, per in rep["cells"].items():
         for m, d in per.items():
-            ab = "  ".join(f"{k}: " + ("> cap" if v["pairs_80pct"] is None else
-                                       f"{v['pairs_80pct']} ({v['minutes_80pct']:.1f})") for k, v in d["ab"].items())
+            ab = "  ".join(f"{k}: " + ("> cap" if v["pairs_80pct"] is None else f"{v['pairs_80pct']}" + (
+                "" if v["minutes_80pct"] is None else f" ({v['minutes_80pct']:.1f})")) for k, v in d["ab"].items())
+            sd = d.get("sd_log_pair")
+            models.add((d.get("ab_model", "sequential"), d.get("lockstep_pairs", 0)))
             lines.append(f"{cid + ' ' + m:<52} {d['cv_within_process']:>7.1%} {d['cv_between_processes']:>8.1%} "
-                         f"{d['cv_between_runs']:>8.1%} {d['gate_mde']:>7.1%}  {ab}")
+                         f"{d['cv_between_runs']:>8.1%} {d['gate_mde']:>7.1%} "
+                         f"{'-' if sd is None else f'{math.expm1(sd):.1%}':>8}  {ab}")
+    for model, n in sorted(models):
+        lines.append(f"ab predicted from the SD of log(B/A) of {n} A/A lockstep pairs per cell (ab's own pairs)"
+                     if model == "lockstep" else "ab predicted from sqrt(2) x the between-process spread "
+                     "(sequential pairs; no lockstep pairs measured: --pairs 0, or a serving cell)")
     return lines

@@ -281,19 +281,24 @@ def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
     of 4 baselines two of which caught this VM's stalled processes, CI 2026-12-01). An undecidable run warns with the MDE and the ab command, and
     --perf-fail-on-inconclusive turns that into a failure."""
     p = project(n=4, g=2, w=3)
-    # Four accepted baseline runs in a row. The baseline acceptance refuses a 4th run that is slower than the first
-    # three (the product working: the VM had changed state since them; CI 2026-12-02 kept 3 of 4, and at 3 runs,
-    # df 2, the MDE of an 11x slowdown was 14000 %). A refusal means the series straddles two machine states: start
-    # the series again, up to 4 times.
+    # Four baseline runs. This test is about the gate's verdict, not about baseline acceptance
+    # (tests/unit/test_recording_acceptance.py): acceptance compares a 4th recording with the 3 stored ones and, on
+    # this drifting VM, refused the 4th in each of 4 series of 4 (CI 2026-12-02, AVX2 EPYC in its slow state). So the
+    # 4th run is recorded beside an empty folder (acceptance needs 3 stored runs) and then put back as run 0004.
+    cls_dirs = lambda: [d for d in (p.path / "baselines").iterdir() if d.is_dir()]  # noqa: E731
     stored = lambda: sorted((p.path / "baselines").rglob("0*.json"))  # noqa: E731
-    for _ in range(4):
-        for f in stored():
-            f.unlink()
-        for _ in range(4):
-            run(p, "--perf-update-baselines").assert_outcomes(passed=3)
-        if len(stored()) == 4:
-            break
-    assert len(stored()) == 4, "no series of 4 recordings was accepted in 4 tries"
+    for _ in range(3):
+        run(p, "--perf-update-baselines").assert_outcomes(passed=3)
+    assert len(stored()) == 3, stored()
+    (cls,) = cls_dirs()
+    aside = p.path / "aside"
+    cls.rename(aside)
+    run(p, "--perf-update-baselines").assert_outcomes(passed=3)
+    (fourth,) = sorted(cls.glob("0*.json"))
+    fourth.rename(aside / ("0004" + fourth.name[4:]))
+    cls.rmdir()
+    aside.rename(cls)
+    assert [f.name[:4] for f in stored()] == ["0001", "0002", "0003", "0004"], stored()
     res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
                                  "-W", "default::perfsuite.session.GateInconclusive")
     out = res.stdout.str()
