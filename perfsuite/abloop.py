@@ -118,6 +118,29 @@ class PairsInterrupted(KeyboardInterrupt):
         self.run = run
 
 
+def same_cells(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells two sides' plans (perfsuite.worker.pool.plan) both select, refused (UsageError) unless they select
+    the same ones, measure them with the same generations and warm-up and with the same backend options."""
+    ca = {c["id"]: c for c in a["cells"]}
+    cb = {c["id"]: c for c in b["cells"]}
+    if not ca and not cb:
+        raise UsageError("no cell selected on either side; check --profile/--backend/--model/--cells")
+    if set(ca) != set(cb):
+        only_a, only_b = sorted(set(ca) - set(cb)), sorted(set(cb) - set(ca))
+        raise UsageError(f"the sides select different cells (only A: {', '.join(only_a) or '-'}; only B: "
+                         f"{', '.join(only_b) or '-'}); use --cells to pick the common ones")
+    for key in ("generations", "warmup_generations"):
+        if a[key] != b[key]:
+            raise UsageError(f"the sides measure differently: {key} {a[key]} (A) vs {b[key]} (B) in profile "
+                             f"{a['profile']}; compare like with like (align [tool.perfsuite.profiles])")
+    for cid in ca:
+        if ca[cid].get("options_hash") != cb[cid].get("options_hash"):
+            raise UsageError(f"cell {cid}: backend options differ between the sides (options hash "
+                             f"{ca[cid].get('options_hash')} vs {cb[cid].get('options_hash')}); a change of options "
+                             "is not a code change: align [tool.perfsuite.backend_options]")
+    return list(ca.values())
+
+
 def pairing(asked: str, facts: dict[str, dict[str, Any]]) -> tuple[bool, str]:
     """Whether pairs run in lockstep, and the line that says so (a tree from before perfsuite.lockstep cannot)."""
     from perfsuite import lockstep

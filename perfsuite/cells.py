@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,26 @@ class Cell:
         if hashed:
             d["options_hash"] = options_hash_of(d)
         return d
+
+
+def cell_from_dict(d: Mapping[str, Any]) -> Cell:
+    """Inverse of :meth:`Cell.as_dict` (a job's cell, a stored run's ``extra_info["cell"]``); derived keys (``id``,
+    hashes) are ignored and recomputed, ``model_dir`` is not carried over."""
+    names = {f.name for f in fields(Cell)}
+    kw = {k: v for k, v in d.items() if k in names}
+    sc = kw["scenario"]
+    kw["scenario"] = Scenario(sc["name"], int(sc["batch_size"]), int(sc["prompt_tokens"]), int(sc["new_tokens"]))
+    kw["options"] = tuple(sorted(dict(kw.get("options") or {}).items()))
+    kw["model_dir"] = None
+    return Cell(**kw)
+
+
+def cell_of(item: Any) -> Cell | None:
+    """The cell a collected perf test (a pytest item) is parametrized with (its ``perf_cell``), or None for any other
+    test: the one reader of ``item.callspec``."""
+    spec = getattr(item, "callspec", None)
+    cell = spec.params.get("perf_cell") if spec is not None else None
+    return cell if isinstance(cell, Cell) else None
 
 
 def identity_of(cell: dict[str, Any]) -> dict[str, Any]:

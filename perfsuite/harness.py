@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfsuite import pbcompat, pytest_session
-from perfsuite.cells import Cell
-from perfsuite.worker.job import METRICS, ProcessResult, options_hash
+from perfsuite.cells import Cell, cell_of
+from perfsuite.session import GateOutcome
+from perfsuite.worker.job import METRICS, ProcessResult
 
 if TYPE_CHECKING:
     from perfsuite.session import PerfSession
@@ -52,9 +53,8 @@ def plan_from_items(items: Sequence[pytest.Item]) -> Plan:
     cells: dict[str, Cell] = {}
     metrics: dict[str, set[str]] = {}
     for item in items:
-        spec = getattr(item, "callspec", None)
-        cell = spec.params.get("perf_cell") if spec is not None else None
-        if not isinstance(cell, Cell):
+        cell = cell_of(item)
+        if cell is None:
             continue
         cells.setdefault(cell.id, cell)
         m = METRIC_OF_TEST.get(getattr(item, "originalname", ""))
@@ -72,7 +72,7 @@ def measured_by(session: PerfSession, cell: Cell, workers: int, mode: str) -> di
 
     p = session.settings.profile
     return {"profile": p.name, "generations": p.generations, "warmup_generations": p.warmup_generations,
-            "worker_processes": workers, "mode": mode, "options_hash": options_hash(cell),
+            "worker_processes": workers, "mode": mode, "options_hash": cell.options_hash,
             # one timed generation loop per process (perfsuite.measure) since 2026-12-01; runs without the key were
             # measured with one loop per test, whose TTFT read ~2 % lower here (perfsuite ab, 71 pairs: one loop
             # +1.9 % [-0.0, +3.6]; TPOT +0.3 % [-3.8, +5.6], E2EL -0.1 % [-4.7, +5.3])
@@ -205,28 +205,25 @@ class PerfRun:
         return _roofline_info(self.session, self.cell, info)
 
     def run(self, metric: str, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
-        from perfsuite import measure
+        from perfsuite import metrics
 
         res = self.result
         procs = [p for p in res.processes if metric in p.metrics]
         why = next((p.skipped_metrics[metric] for p in res.processes if metric in p.skipped_metrics), None)
-        if not procs and why:
-            pytest.skip(why)
         if not procs:
-            pytest.fail(f"perfsuite: no worker measured {metric} for {self.cell.id}", pytrace=False)
+            pytest_session.enforce(GateOutcome(skip=why) if why else GateOutcome(
+                failure=f"perfsuite: no worker measured {metric} for {self.cell.id}"))
         sc = self.cell.scenario
         benchmark.group = f"{metric}: {sc.slug}"
         info = benchmark.extra_info
         pooled = pooled_samples(procs, metric)
-        m = measure.Measurement(metric, pooled,
-                                generated_tokens=sum(p.metrics[metric].generated_tokens for p in procs))
         first = procs[0].metrics[metric].first_tokens
         info["cell"] = self.cell.as_dict()
-        info["metric"] = m.metric
+        info["metric"] = metric
         info["runner_class"] = self.session.runner_class
-        info.update(m.aggregates(self.cell))
+        info.update(metrics.aggregates(pooled, self.cell.scenario))
         info["samples"] = pooled
-        info["generated_tokens"] = m.generated_tokens
+        info["generated_tokens"] = sum(p.metrics[metric].generated_tokens for p in procs)
         info["processes"] = [process_entry(p, metric) for p in procs]
         info["measured_by"] = dict(res.measured_by)
         for key in sorted({k for p in procs for k in p.metrics[metric].memory}):

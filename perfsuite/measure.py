@@ -46,19 +46,8 @@ class Measurement:
     rounds_s: list[float] = field(default_factory=list)  # pytest-benchmark's rounds of this test (seconds)
 
     def aggregates(self, cell: Cell) -> dict[str, float]:
-        """vLLM's summaries of every latency base sampled, and the throughputs (perfsuite.vocabulary)."""
-        out: dict[str, float] = {}
-        for name in vocabulary.LATENCIES:
-            out.update(metrics.summarize(name, self.samples.get(f"{name}_ms", [])))
-        sc = cell.scenario
-        if "e2el_ms" in self.samples:
-            mean_e2el_s = out["mean_e2el_ms"] / 1e3
-            out[vocabulary.OUTPUT_THROUGHPUT] = sc.batch_size * sc.new_tokens / mean_e2el_s
-        if "ttft_ms" in self.samples:
-            out[vocabulary.PREFILL_THROUGHPUT] = sc.batch_size * sc.prompt_tokens / (out["mean_ttft_ms"] / 1e3)
-        if "tpot_ms" in self.samples and "e2el_ms" not in self.samples:
-            out[vocabulary.DECODE_THROUGHPUT] = sc.batch_size / (out["mean_tpot_ms"] / 1e3)
-        return out
+        """vLLM's summaries of every latency base sampled, and the throughputs (perfsuite.metrics.aggregates)."""
+        return metrics.aggregates(self.samples, cell.scenario)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,25 @@ def summarize(name: str, values_ms: Sequence[float]) -> dict[str, float]:
         f"p90_{name}_ms": percentile(values_ms, 90),
         f"p99_{name}_ms": percentile(values_ms, 99),
     }
+
+
+def aggregates(samples: Mapping[str, Sequence[float]], scenario: Any) -> dict[str, float]:
+    """What a test's ``extra_info`` summarizes from its per-unit ``samples`` (``ttft_ms``, ``tpot_ms``, ...): vLLM's
+    summaries of every latency base sampled, and the throughputs of a ``scenario`` (perfsuite.cells.Scenario; its
+    batch size, prompt and new tokens), as perfsuite.vocabulary names them."""
+    from perfsuite import vocabulary
+
+    out: dict[str, float] = {}
+    for name in vocabulary.LATENCIES:
+        out.update(summarize(name, samples.get(f"{name}_ms", [])))
+    sc = scenario
+    if "e2el_ms" in samples:
+        out[vocabulary.OUTPUT_THROUGHPUT] = sc.batch_size * sc.new_tokens / (out["mean_e2el_ms"] / 1e3)
+    if "ttft_ms" in samples:
+        out[vocabulary.PREFILL_THROUGHPUT] = sc.batch_size * sc.prompt_tokens / (out["mean_ttft_ms"] / 1e3)
+    if "tpot_ms" in samples and "e2el_ms" not in samples:
+        out[vocabulary.DECODE_THROUGHPUT] = sc.batch_size / (out["mean_tpot_ms"] / 1e3)
+    return out
 
 
 def tpot_ms(e2el_ms: float, ttft_ms: float, new_tokens: int) -> float:

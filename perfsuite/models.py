@@ -125,12 +125,12 @@ def resolve(name: str, cache_dir: Path | None = None, materialize: bool = True) 
     if name in PRESETS:
         preset = PRESETS[name]
         target = (cache_dir or default_cache_dir()) / "models" / f"{name}-{preset.digest}"
-        if materialize and not _complete(target, preset.digest):
+        if materialize and not is_complete(target, preset.digest):
             _materialize(preset, target)
         return ResolvedModel(name, target, preset, preset.digest)
     path = Path(name).expanduser()
     if path.is_dir():
-        return ResolvedModel(name, path, None, _checkpoint_digest(_check_checkpoint(path)))
+        return ResolvedModel(name, path, None, checkpoint_digest(_check_checkpoint(path)))
     if name.count("/") == 1 and not name.startswith((".", "/")):
         return ResolvedModel(name, *_from_hub_cache(name))
     raise ModelError(f"unknown model {name!r}: use one of {describe_models()}")
@@ -224,7 +224,9 @@ def check_fits(cell: Cell, cache_dir: Path | None = None, config: dict[str, Any]
             "model's profile")
 
 
-def _checkpoint_digest(path: Path) -> str:
+def checkpoint_digest(path: Path) -> str:
+    """12 hex digits over a checkpoint folder's safetensors sizes and its config: what a derived cache (an ONNX
+    export, an AWQ twin) is keyed by."""
     h = hashlib.sha256()
     for f in [*sorted(path.glob("*.safetensors")), path / "config.json"]:
         h.update(f"{f.name}:{f.stat().st_size}".encode())
@@ -245,10 +247,12 @@ def _from_hub_cache(repo_id: str) -> tuple[Path, None, str]:
             f"fetch it elsewhere and pass its directory, or use a preset ({', '.join(sorted(PRESETS))})"
         ) from exc
     _check_checkpoint(snap)
-    return snap, None, _checkpoint_digest(snap)
+    return snap, None, checkpoint_digest(snap)
 
 
-def _complete(target: Path, digest: str) -> bool:
+def is_complete(target: Path, digest: str) -> bool:
+    """Whether ``target`` holds a finished materialization of ``digest``: its marker names the digest and every file
+    it lists is there at its recorded size (an interrupted write has no marker, or a short file)."""
     marker = target / MARKER
     try:
         meta = json.loads(marker.read_text())

@@ -287,7 +287,9 @@ def check_machine(session: PerfSession, say: Callable[[str], None]) -> None:
 
 
 def enforce(outcome: GateOutcome) -> None:
-    """Raise a gate outcome in the calling test: fail it, or warn (the warning names the caller's line)."""
+    """Raise an outcome in the calling test: skip it, fail it, or warn (the warning names the caller's line)."""
+    if outcome.skip:
+        pytest.skip(outcome.skip)
     if outcome.failure:
         pytest.fail(outcome.failure, pytrace=False)
     for w in outcome.warnings:

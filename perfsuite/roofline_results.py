@@ -5,17 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfsuite.cells import cell_from_dict
 from perfsuite.roofline import annotate, measure_copy_bandwidth, measure_matmul_flops
-
-
-def _cell_from_dict(d: dict[str, Any]) -> Any:
-    from perfsuite.cells import Cell, Scenario
-
-    sc = d["scenario"]
-    return Cell(d["backend"], d["model"], d["dtype"], Scenario(sc["name"], sc["batch_size"], sc["prompt_tokens"],
-                                                               sc["new_tokens"]),
-                device=d.get("device", "cpu"), quantization=d.get("quantization", "none"),
-                tensor_parallel_size=d.get("tensor_parallel_size", 1))
 
 
 def _model_config(cell_dict: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +40,7 @@ def annotate_results(results: dict[str, Any], bandwidth_bytes_per_s: float | Non
         info = b.get("extra_info", {})
         if "cell" not in info:
             continue
-        cell = _cell_from_dict(info["cell"])
+        cell = cell_from_dict(info["cell"])
         extra = annotate(cell, _model_config(info["cell"]), info, bandwidth_bytes_per_s, device_name=device_name,
                          matmul_flops_per_s=matmul_flops_per_s, llc_bytes=llc_bytes,
                          cache_bandwidth_bytes_per_s=cache_bandwidth_bytes_per_s)
@@ -58,22 +49,35 @@ def annotate_results(results: dict[str, Any], bandwidth_bytes_per_s: float | Non
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perfsuite.roofline RESULTS.json [--bandwidth B/s] [--flops F/s] [--device-name NAME]``: the
-    roofline of each cell in a results file; without --bandwidth / --flops it measures this machine's CPU now."""
-    import argparse
-    import json
+def add_arguments(p: Any) -> None:
+    """The arguments of ``perfsuite roofline`` (perfsuite.commands.roofline) and ``python -m perfsuite.roofline``."""
+    from pathlib import Path
 
-    p = argparse.ArgumentParser(prog="python -m perfsuite.roofline")
-    p.add_argument("results")
+    p.add_argument("results", type=Path, help="a pytest-benchmark JSON file written by perfsuite")
     p.add_argument("--bandwidth", type=float, default=None, help="bytes/s (default: measure the CPU copy now)")
     p.add_argument("--flops", type=float, default=None, help="FLOP/s (default: measure a CPU matmul now)")
     p.add_argument("--device-name", default=None, help="for the datasheet figures of a GPU run")
-    p.add_argument("--llc-bytes", type=int, default=None, help="last-level cache size (default: the file's, else this CPU's)")
+    p.add_argument("--llc-bytes", type=int, default=None,
+                   help="last-level cache size (default: the file's, else this CPU's)")
     p.add_argument("--cache-bandwidth", type=float, default=None,
                    help="bytes/s within the LLC (default: the file's, else measured now with --bandwidth unset)")
-    p.add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m perfsuite.roofline``: the same as ``perfsuite roofline`` (perfsuite.commands.roofline)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m perfsuite.roofline")
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+def run(a: Any) -> int:
+    """The roofline of each cell in the results file ``a.results``; without ``a.bandwidth`` / ``a.flops`` it
+    measures this machine's CPU now."""
+    import json
+
     with open(a.results) as fh:
         results = json.load(fh)
     bw, fl = a.bandwidth, a.flops

@@ -53,9 +53,28 @@ def checked(label: str, value: Any, spec: Field, error: type[Exception] = ValueE
     return tuple(value) if spec.kind == "strs" else value
 
 
+def parse_duration(text: str, what: str = "--budget") -> float:
+    """``90s``, ``2m``, ``1h30m``, ``1.5m`` or plain seconds -> seconds; a clear UsageError otherwise."""
+    import re
+
+    from perfsuite.errors import UsageError
+
+    t = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        seconds = float(t)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)", t)
+        if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)", "", t).strip():
+            raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 2m, 5m or 1h")
+        unit = {"h": 3600, "m": 60, "min": 60, "s": 1, "sec": 1}
+        seconds = sum(float(n) * unit[u] for n, u in parts)
+    if seconds <= 0:
+        raise UsageError(f"{what} {text!r} must be longer than 0 s")
+    return seconds
+
+
 def duration_s(v: Any) -> float | None:
     """``"90s"``, ``"3m"``, ``"1h30m"`` or a positive number of seconds -> seconds; None if it is not one."""
-    from perfsuite.commands._common import parse_duration
     from perfsuite.errors import UsageError
 
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):

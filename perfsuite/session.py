@@ -60,10 +60,12 @@ class PerfSession:
 
 @dataclass(frozen=True)
 class GateOutcome:
-    """The gate's word on one test: fail it with ``failure``, else pass it with ``warnings``."""
+    """The word on one test: skip it with ``skip`` (nothing measured it, and the worker said why), fail it with
+    ``failure``, else pass it with ``warnings``. perfsuite.pytest_session.enforce raises it."""
 
     failure: str | None = None
     warnings: list[Warning] = field(default_factory=list)
+    skip: str | None = None
 
 
 class GateInconclusive(UserWarning):

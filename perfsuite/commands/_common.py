@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 from perfsuite import config as cfg
+from perfsuite.schema import parse_duration as parse_duration  # re-exported: the commands' one duration parser
 
 
 def project_root() -> Path:
@@ -34,23 +35,3 @@ def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -
             precheck.check_thread_env(os.environ)
     except precheck.PreflightError as exc:
         raise UsageError(str(exc)) from None
-
-
-def parse_duration(text: str, what: str = "--budget") -> float:
-    """``90s``, ``2m``, ``1h30m``, ``1.5m`` or plain seconds -> seconds; a clear UsageError otherwise."""
-    import re
-
-    from perfsuite.errors import UsageError
-
-    t = str(text).strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", t):
-        seconds = float(t)
-    else:
-        parts = re.findall(r"(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)", t)
-        if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)", "", t).strip():
-            raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 2m, 5m or 1h")
-        unit = {"h": 3600, "m": 60, "min": 60, "s": 1, "sec": 1}
-        seconds = sum(float(n) * unit[u] for n, u in parts)
-    if seconds <= 0:
-        raise UsageError(f"{what} {text!r} must be longer than 0 s")
-    return seconds

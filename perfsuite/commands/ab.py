@@ -140,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
             plans[s]["cells"] += serve_replicate.cells(side, plan_args)  # serving cells: a start is a replicate
     except pool.SideError as exc:
         raise UsageError(str(exc)) from None
-    cells = _same_cells(plans["a"], plans["b"])
+    cells = abloop.same_cells(plans["a"], plans["b"])
     members = abloop.members(cells, config, config.alpha)
     if not members:
         raise UsageError("no statistical gate policy applies to the selected cells; check [tool.perfsuite.gate]")
@@ -230,27 +230,6 @@ def _side_facts(side: Any) -> dict[str, Any]:
     git = run_tool(["git", "-C", str(side.tree), "rev-parse", "HEAD"], 10)
     commit = git.stdout.strip() or None if git.ok else None
     return {"tree": str(side.tree), "python": side.python, "commit": commit}
-
-
-def _same_cells(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    ca = {c["id"]: c for c in a["cells"]}
-    cb = {c["id"]: c for c in b["cells"]}
-    if not ca and not cb:
-        raise UsageError("no cell selected on either side; check --profile/--backend/--model/--cells")
-    if set(ca) != set(cb):
-        only_a, only_b = sorted(set(ca) - set(cb)), sorted(set(cb) - set(ca))
-        raise UsageError(f"the sides select different cells (only A: {', '.join(only_a) or '-'}; only B: "
-                         f"{', '.join(only_b) or '-'}); use --cells to pick the common ones")
-    for key in ("generations", "warmup_generations"):
-        if a[key] != b[key]:
-            raise UsageError(f"the sides measure differently: {key} {a[key]} (A) vs {b[key]} (B) in profile "
-                             f"{a['profile']}; compare like with like (align [tool.perfsuite.profiles])")
-    for cid in ca:
-        if ca[cid].get("options_hash") != cb[cid].get("options_hash"):
-            raise UsageError(f"cell {cid}: backend options differ between the sides (options hash "
-                             f"{ca[cid].get('options_hash')} vs {cb[cid].get('options_hash')}); a change of options "
-                             "is not a code change: align [tool.perfsuite.backend_options]")
-    return list(ca.values())
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:

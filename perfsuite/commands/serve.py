@@ -155,7 +155,7 @@ def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slo
             r = run_point(base_url, model, p, vocab_size=vocab, cache_dir=cache, slos_ms=slos,
                           max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout,
                           client_cpus=client_cpus)
-            print(summary(r), file=sys.stderr)
+            print(_summary(r), file=sys.stderr)
             return r
 
         sw = sweep(one, rates)
@@ -168,14 +168,11 @@ def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slo
                       max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout,
                       client_cpus=client_cpus)
         out["points"].append(r)
-        print(summary(r), file=sys.stderr)
+        print(_summary(r), file=sys.stderr)
     return out
 
 
-def summary(r: dict[str, Any]) -> str:
-    m = r["metrics"]
-    good = f", goodput {m['request_goodput']:.2f} req/s" if "request_goodput" in m else ""
-    return (f"perfsuite serve: {r['point']['slug']}: {m['completed']}/{m['num_prompts']} ok, "
-            f"{m['request_throughput']:.2f} req/s, {m['output_throughput']:.1f} tok/s{good}; median TTFT "
-            f"{m['median_ttft_ms']:.1f} ms, TPOT {m['median_tpot_ms']:.2f} ms, ITL {m['median_itl_ms']:.2f} ms; "
-            f"dispatch delay p99 {m['p99_dispatch_delay_ms']:.3f} ms, client CPU {m['client_cpu_share']:.0%}")
+def _summary(r: dict[str, Any]) -> str:
+    from perfsuite.serve.table import summary
+
+    return summary(r)

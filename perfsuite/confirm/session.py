@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfsuite.cells import cell_of
 from perfsuite.confirm import decision, machine
 from perfsuite.confirm.config import ConfirmConfig
 from perfsuite.confirm.worktree import CannotConfirm, check_commit, temporary_worktree, toplevel
@@ -152,10 +153,8 @@ class Confirmation:
                 except pool.SideError as exc:
                     raise CannotConfirm(f"{what} does not import: {exc}") from None
                 plans[s] = {**plans[s], "cells": [c for c in plans[s]["cells"] if c["id"] in cells]}
-            from perfsuite.commands.ab import _same_cells
-
             try:
-                cell_dicts = _same_cells(plans["a"], plans["b"])
+                cell_dicts = abloop.same_cells(plans["a"], plans["b"])
             except UsageError as exc:
                 raise CannotConfirm(f"the baselines' commit {sha[:12]} measures differently: {exc}") from None
             mems = abloop.members(cell_dicts, gate.config, gate.config.alpha,
@@ -235,13 +234,12 @@ def screen_info(cell: Any, res: Any, metric: str) -> tuple[dict[str, Any], dict[
     """The parts of a test's extra_info and stats the gate reads, built like harness.PerfRun.run builds them."""
     import statistics
 
-    from perfsuite import measure
+    from perfsuite import metrics
     from perfsuite.harness import pooled_samples, process_entry
 
     procs = [p for p in res.processes if metric in p.metrics]
-    m = measure.Measurement(metric, pooled_samples(procs, metric),
-                            generated_tokens=sum(p.metrics[metric].generated_tokens for p in procs))
-    info = {"cell": cell.as_dict(), "metric": metric, **m.aggregates(cell), "generated_tokens": m.generated_tokens,
+    info = {"cell": cell.as_dict(), "metric": metric, **metrics.aggregates(pooled_samples(procs, metric), cell.scenario),
+            "generated_tokens": sum(p.metrics[metric].generated_tokens for p in procs),
             "processes": [process_entry(p, metric) for p in procs], "measured_by": dict(res.measured_by)}
     rounds = [r for p in procs for r in p.metrics[metric].rounds_s]
     stats = {"min": min(rounds), "max": max(rounds), "mean": statistics.fmean(rounds),
@@ -258,10 +256,10 @@ def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusi
     for item in items:
         if item.nodeid not in ps.gate.family:
             continue
-        cell = item.callspec.params["perf_cell"]
+        cell = cell_of(item)
         metric = METRIC_OF_TEST.get(getattr(item, "originalname", ""))
-        res = results.get(cell.id)
-        if metric is None or res is None or not any(metric in p.metrics for p in res.processes):
+        res = results.get(cell.id) if cell is not None else None
+        if cell is None or metric is None or res is None or not any(metric in p.metrics for p in res.processes):
             continue
         info, stats = screen_info(cell, res, metric)
         for v in ps.gate.screen(item.nodeid, info, stats):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.cells import cell_of
 from perfsuite.gate import report, sequential, stats, values
 from perfsuite.gate.estimate import comparable_runs, estimate
 from perfsuite.gate.policy import GateConfig, parse_config
@@ -57,9 +58,8 @@ class GateSession:
         """After measuring: the selected perf tests whose cell ran and that have a comparable baseline."""
         self.family = {}
         for item in items:
-            spec = getattr(item, "callspec", None)
-            cell = spec.params.get("perf_cell") if spec is not None else None
-            res = results.get(str(getattr(cell, "id", ""))) if cell is not None else None
+            cell = cell_of(item)
+            res = results.get(cell.id) if cell is not None else None
             if res is None or res.skip or res.error or not res.processes:
                 continue
             base = match(item.nodeid, self._by_full, self._by_name)

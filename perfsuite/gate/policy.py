@@ -156,8 +156,7 @@ def check_metric(key: str, metric: Any) -> str:
                                            or metric in EXACT_METRICS):
         import difflib
 
-        names = [f"{s}_{m}_ms" for s in ("mean", "median", "min", "p90", "p99") for m in ("ttft", "tpot", "itl",
-                                                                                         "e2el")]
+        names = [f"{s}_{m}_ms" for s in ("min", *vocabulary.SUMMARIES) for m in vocabulary.LATENCIES]
         names += [*THROUGHPUT, *EXACT_METRICS, "stats.min", "stats.median", "stats.mean", "stats.max"]
         close = difflib.get_close_matches(str(metric), names, n=1)
         fix = f"did you mean {close[0]!r}?" if close else "spell the metric as vLLM/perfsuite names it in extra_info"
@@ -166,6 +165,11 @@ def check_metric(key: str, metric: Any) -> str:
 
 
 def default_direction(metric: str) -> str:
+    """Which way is better: the vocabulary's word for a name it owns (``generated_tokens``: equal); otherwise a
+    throughput (a serving key) is higher-is-better and anything else (``stats.*``: times) lower-is-better."""
+    known = vocabulary.describe(metric)
+    if known is not None:
+        return known.direction
     return "higher_is_better" if "throughput" in metric else "lower_is_better"
 
 
@@ -185,7 +189,7 @@ def _policy(i: int, raw: Any) -> Policy:
         raise _err(f"{where}.exact", False, "true for " + metric,
                    "counts and peak memory are deterministic enough to gate exactly (add a tolerance if needed)")
     allowed_dirs = EXACT_DIRECTIONS if exact else DIRECTIONS
-    default_dir = "equal" if metric == "generated_tokens" else default_direction(metric)
+    default_dir = default_direction(metric)
     direction = raw.get("direction", default_dir)
     if direction not in allowed_dirs:
         raise _err(f"{where}.direction", direction, ", ".join(allowed_dirs))

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite import changepoint as cpd
+from perfsuite import vocabulary
 from perfsuite.history.store import History
 
 _SERIES = "SELECT id FROM series WHERE runner_class = ? AND cell_id = ? AND metric = ? AND name = ?"
 
 # The series that change-point detection watches by default: each test's own headline metric.
-PRIMARY = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "e2el": "median_e2el_ms"}
+PRIMARY = {base: f"median_{base}_ms" for base in vocabulary.TIMED}
 
 
 @dataclass(frozen=True, order=True)
@@ -124,7 +125,7 @@ def points(db: History, key: SeriesKey, *, last: int | None = None) -> list[Poin
     return [Point(int(r[0]), r[1], r[2], float(r[3])) for r in reversed(db.query(sql, params))]
 
 
-def process_values(db: History, key: SeriesKey, run_id: int) -> list[float]:
+def stored_process_values(db: History, key: SeriesKey, run_id: int) -> list[float]:
     rows = db.query(f"SELECT value FROM points WHERE run_id = ? AND series = ({_SERIES}) AND process >= 0 "
                     "ORDER BY process", (run_id, key.runner_class, key.cell_id, key.metric, key.name))
     return [float(r[0]) for r in rows]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.ops.known_gaps import GapReport
-from perfsuite.ops.runner import SEVERITY, CellResult
+from perfsuite.ops.runner import SEVERITY, OpResult
 from perfsuite.ops.shapes import SHAPE_CLASSES
 
 SCHEMA_VERSION = 1
@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 class CellAgg:
     counts: Counter[str] = field(default_factory=Counter)
     worst: str = "pass"
-    first_failure: CellResult | None = None
+    first_failure: OpResult | None = None
     max_ratio: float = 0.0
     seconds: float = 0.0
 
@@ -26,7 +26,7 @@ class CellAgg:
     def n(self) -> int:
         return sum(self.counts.values())
 
-    def add(self, r: CellResult) -> None:
+    def add(self, r: OpResult) -> None:
         self.counts[r.status] += 1
         self.seconds += r.seconds
         if r.status != "crash" and r.max_ratio == r.max_ratio:  # not NaN
@@ -41,7 +41,7 @@ class Matrix:
         self.cells: dict[tuple[str, str, str, str], CellAgg] = {}
         self.skipped: dict[str, str] = {}  # backend -> reason it is not in the matrix
 
-    def add(self, r: CellResult) -> None:
+    def add(self, r: OpResult) -> None:
         self.cells.setdefault((r.op, r.shape_class, r.backend, r.dtype), CellAgg()).add(r)
 
     def columns(self) -> list[tuple[str, str]]:

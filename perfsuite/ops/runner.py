@@ -64,7 +64,7 @@ def seed_for(op: str, dtype: str, shape: Shape) -> int:
 
 
 @dataclass
-class CellResult:
+class OpResult:
     op: str
     backend: str
     dtype: str
@@ -93,7 +93,7 @@ class CellResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CellResult:
+    def from_dict(cls, d: dict[str, Any]) -> OpResult:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -236,12 +236,12 @@ def _short_error(exc: BaseException) -> str:
 
 
 def evaluate(op_name: str, backend: str, dtype: str, shape: Shape, seed: int | None = None, device: str = "cpu",
-             check_kernels: bool = True) -> CellResult:
+             check_kernels: bool = True) -> OpResult:
     """Run and classify one cell in this process (never raises for a backend failure)."""
     op = registry.get(op_name)
     seed = seed_for(op_name, dtype, shape) if seed is None else seed
     t0 = time.perf_counter()
-    res = CellResult(op_name, backend, dtype, shape.as_dict(), seed, "pass")
+    res = OpResult(op_name, backend, dtype, shape.as_dict(), seed, "pass")
     try:
         inputs, ref = _reference(op_name, dtype, shape, seed)
     except Exception as exc:  # a reference bug is ours, not the backend's: report it loudly

@@ -4,7 +4,7 @@ For every op and shape class, hypothesis draws shapes from :func:`perfsuite.ops.
 shapes first, as explicit examples); each drawn shape is run on every (backend, dtype) column. Failures do not
 stop the search (they are recorded), and ``hypothesis.target`` steers the search toward the largest
 error/tolerance ratio per column. A column's first failing example is kept with its concrete shape and seed
-(``CellResult.repro()``), rerunnable with ``perfsuite ops --repro``.
+(``OpResult.repro()``), rerunnable with ``perfsuite ops --repro``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from perfsuite.ops import registry, runner
 from perfsuite.ops.matrix import Matrix
-from perfsuite.ops.runner import CellResult
+from perfsuite.ops.runner import OpResult
 from perfsuite.ops.shapes import BOUNDS, SHAPE_CLASSES, Shape, canonical, llm_shapes
 
 
@@ -64,7 +64,7 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[str], None] | None = None) -
     examples = canonical(bounds)
     worker = Worker(timeout_s=cfg.timeout_s) if cfg.isolate != "none" else None
 
-    def one(op_name: str, backend: str, dtype: str, shape: Shape) -> CellResult:
+    def one(op_name: str, backend: str, dtype: str, shape: Shape) -> OpResult:
         op = registry.get(op_name)
         seed = runner.seed_for(op_name, dtype, shape)
         if worker is not None and (cfg.isolate == "all" or op.risky):
@@ -104,8 +104,8 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[str], None] | None = None) -
     return matrix
 
 
-def repro(blob: dict, device: str = "cpu", isolate: bool = False) -> CellResult:
-    """Rerun one cell from a ``CellResult.repro()`` dict."""
+def repro(blob: dict, device: str = "cpu", isolate: bool = False) -> OpResult:
+    """Rerun one cell from a ``OpResult.repro()`` dict."""
     shape = Shape.from_dict(blob["shape"])
     if isolate:
         from perfsuite.ops.worker import Worker

@@ -35,7 +35,7 @@ DEFAULT_C = 8.0
 
 
 @dataclass(frozen=True)
-class Comparison:
+class ToleranceCheck:
     ok: bool
     max_abs_err: float
     max_ratio: float  # max |err| / tol (> 1 means out of tolerance); the hypothesis target
@@ -59,16 +59,16 @@ def tolerance(dtype: str, ref: np.ndarray, mag: np.ndarray | float | None = None
     return c * eps * (math.sqrt(max(k, 1)) * m + ref_abs) + FLOOR[dtype]
 
 
-def compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> Comparison:
+def compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> ToleranceCheck:
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     if out.shape != ref.shape:
-        return Comparison(False, math.inf, math.inf, 0, int(ref.size), int(ref.size))
+        return ToleranceCheck(False, math.inf, math.inf, 0, int(ref.size), int(ref.size))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         return _compare(out, ref, tol)
 
 
-def _compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> Comparison:
+def _compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> ToleranceCheck:
     finite_ref = np.isfinite(ref)
     bad_nan = finite_ref & ~np.isfinite(out)
     # Non-finite reference entries (e.g. -inf logits) must be matched exactly.
@@ -80,6 +80,6 @@ def _compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> Comparison:
     n_bad = int(bad.sum())
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape)) if ratio.size else None
     max_ratio = float(ratio.max()) if ratio.size else 0.0
-    return Comparison(ok=n_bad == 0, max_abs_err=float(err.max()) if err.size else 0.0, max_ratio=max_ratio,
+    return ToleranceCheck(ok=n_bad == 0, max_abs_err=float(err.max()) if err.size else 0.0, max_ratio=max_ratio,
                       nan_where_finite=int(bad_nan.sum()), bad_elements=n_bad, numel=int(ref.size),
                       worst_index=worst)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from perfsuite.ops.runner import CellResult
+from perfsuite.ops.runner import OpResult
 from perfsuite.ops.shapes import Shape
 
 PRELOAD = ("torch", "numpy", "perfsuite.ops.runner", "perfsuite.ops.registry")
@@ -35,16 +35,16 @@ class Worker:
         self.crashes = 0
 
     def run(self, op: str, backend: str, dtype: str, shape: Shape, seed: int, device: str = "cpu",
-            check_kernels: bool = True) -> CellResult:
+            check_kernels: bool = True) -> OpResult:
         job = {"kind": "op", "op": op, "backend": backend, "dtype": dtype, "shape": shape.as_dict(), "seed": seed,
                "device": device, "check_kernels": check_kernels, "index": 0, "label": "op"}
         pr = self.pool.measure(job, fork=True, timeout_s=self.timeout_s, keep_failed=False)
         found = pr.backend_info.get("op_result")
         if pr.error is None and isinstance(found, dict):
-            return CellResult.from_dict(found)
+            return OpResult.from_dict(found)
         self.crashes += 1
         tail = [ln.rstrip() for ln in pr.detail.splitlines() if ln.strip() and "USDT" not in ln][-8:]
-        return CellResult(op, backend, dtype, shape.as_dict(), seed, "crash",
+        return OpResult(op, backend, dtype, shape.as_dict(), seed, "crash",
                           detail=(pr.error or "no result") + (f"; log: {tail[-1]}" if tail else ""),
                           seconds=pr.wall_s, extra={"stderr_tail": tail})
 

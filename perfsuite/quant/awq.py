@@ -197,7 +197,7 @@ def build(model_dir: Path, group_size: int | None = None, tensor_parallel_size: 
         group_size = default_group_size(linear_in_features(model_dir), tensor_parallel_size)
     awq_dir, twin_dir = checkpoint_dirs(model_dir, group_size)
     digest = _digest(_float_digest(model_dir), group_size)
-    if models._complete(awq_dir, digest) and models._complete(twin_dir, digest):
+    if models.is_complete(awq_dir, digest) and models.is_complete(twin_dir, digest):
         return AwqCheckpoint(awq_dir, twin_dir, group_size, False, json.loads((awq_dir / models.MARKER).read_text()))
     config, tensors = _load_float(model_dir)
     awq_t: dict[str, Any] = {}

@@ -64,7 +64,7 @@ def measure(cells: Sequence[Any], conf: Any, runs: int, starts: int, gap_s: floa
 
 
 def report(values: dict[str, Any], config: Any, starts: int, start_wall_s: float, gate_starts: int) -> dict[str, Any]:
-    from perfsuite.commands.calibrate import decompose
+    from perfsuite.noise import decompose
 
     rep = decompose({c: {m: v for m, v in per.items() if all(v)} for c, per in values.items()}, config, starts,
                     start_wall_s, gate_workers=gate_starts)
@@ -74,7 +74,7 @@ def report(values: dict[str, Any], config: Any, starts: int, start_wall_s: float
 
 
 def format_lines(rep: dict[str, Any]) -> list[str]:
-    from perfsuite.commands.calibrate import format_report
+    from perfsuite.noise import format_report
 
     return [f"serving cells: a replicate is a server start ('process' reads 'start'; {rep['workers']} starts per "
             f"run, {rep['process_wall_s']:.1f} s per start); gate MDE for server_starts = {rep['gate_server_starts']}"

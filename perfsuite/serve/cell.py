@@ -195,7 +195,7 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
                             out[c.id].error = f"{c.id}: {r['failure']}"
                         out[c.id].replicates.append(Replicate(start, srv.proc.pid if srv.proc else 0, srv.start_s, r))
                         if say:
-                            from perfsuite.commands.serve import summary
+                            from perfsuite.serve.table import summary
 
                             say(summary(r))
             except ServerError as exc:

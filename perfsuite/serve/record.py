@@ -13,6 +13,7 @@ import pytest
 
 from perfsuite import pbcompat, pytest_session
 from perfsuite.serve.cell import BACKEND, CellRuns, ServeCell, ServingConfig
+from perfsuite.session import GateOutcome
 
 if TYPE_CHECKING:
     from perfsuite.session import PerfSession
@@ -61,14 +62,10 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
 
     metric = METRIC_OF_TEST[request.node.originalname]
     cell = runs.cell
-    if runs.error:
-        pytest.fail(f"perfsuite: {cell.id}: {runs.error}", pytrace=False)
     reps = runs.replicates
-    if not reps:
-        pytest.fail(f"perfsuite: {cell.id}: no server start measured it", pytrace=False)
-    problem = prometheus_problem(runs)
+    problem = runs.error or ("no server start measured it" if not reps else prometheus_problem(runs))
     if problem:
-        pytest.fail(f"perfsuite: {cell.id}: {problem}", pytrace=False)
+        pytest_session.enforce(GateOutcome(failure=f"perfsuite: {cell.id}: {problem}"))
     key = f"{metric}_ms"
     pooled: dict[str, list[float]] = {}
     for rep in reps:
@@ -76,7 +73,7 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
             pooled.setdefault(k, []).extend(v)
     values = pooled.get(key) or []
     if not values:
-        pytest.skip(f"{cell.id}: no {metric} values (outputs of one token have no TPOT or ITL)")
+        pytest_session.enforce(GateOutcome(skip=f"{cell.id}: no {metric} values (outputs of one token have no TPOT or ITL)"))
     benchmark.group = f"{metric} under load: {cell.point.slug}"
     info = benchmark.extra_info
     info["cell"] = cell.as_dict()

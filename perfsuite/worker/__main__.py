@@ -142,10 +142,8 @@ def _plan(raw: str) -> int:
     glob = args.get("cells") or "*"
     p = settings.profile
     cells = [c for c in settings.cells() if fnmatch.fnmatchcase(c.id, glob)]
-    from perfsuite.worker.job import options_hash
-
     print(json.dumps({"generations": p.generations, "warmup_generations": p.warmup_generations, "profile": p.name,
-                      "cells": [{**c.as_dict(), "options_hash": options_hash(c)} for c in cells]}))
+                      "cells": [c.as_dict() for c in cells]}))
     return 0
 
 

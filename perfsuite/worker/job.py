@@ -8,32 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfsuite import vocabulary
-from perfsuite.cells import Cell, Scenario
+from perfsuite.cells import Cell, cell_from_dict
 
 METRICS = vocabulary.TIMED  # tests/perf/test_latency.py has test_<metric>
 PROTOCOL = 1  # bump when a job or result field changes meaning
-
-
-def cell_from_dict(d: Mapping[str, Any]) -> Cell:
-    """Inverse of ``Cell.as_dict()``; derived keys (``id``, hashes) are ignored and recomputed."""
-    fields = {f.name for f in dataclasses.fields(Cell)}
-    kw = {k: v for k, v in d.items() if k in fields}
-    sc = kw["scenario"]
-    kw["scenario"] = Scenario(sc["name"], int(sc["batch_size"]), int(sc["prompt_tokens"]), int(sc["new_tokens"]))
-    kw["options"] = tuple(sorted(dict(kw.get("options") or {}).items()))
-    kw["model_dir"] = None
-    return Cell(**kw)
-
-
-def options_hash(cell: Cell) -> str:
-    """Short hash of what changes the workload but is not in the cell id (backend options)."""
-    h = getattr(cell, "options_hash", None)
-    if isinstance(h, str):
-        return h
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(sorted(cell.options), default=str).encode()).hexdigest()[:12]
+__all__ = ["METRICS", "PROTOCOL", "cell_from_dict"]
 
 
 def make_job(cell: Cell, metrics: list[str], *, generations: int, warmup: int, cache_dir: str | None,

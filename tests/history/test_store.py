@@ -200,7 +200,7 @@ def test_worker_process_values_are_kept_when_present(tmp_path: Path) -> None:
     with history.open_history(p) as db:
         rep = history.ingest(db, [write(tmp_path, "w.json", d)])
         key = query.SeriesKey(REAL_CLASS, TORCH, "tpot", "median_tpot_ms")
-        assert query.process_values(db, key, rep.added[0][1]) == [1.1, 1.4]  # its own aggregate wins
+        assert query.stored_process_values(db, key, rep.added[0][1]) == [1.1, 1.4]  # its own aggregate wins
         mb = db.query("SELECT measured_by FROM results WHERE measured_by IS NOT NULL")
         assert json.loads(mb[0][0])["worker_processes"] == 2
 

@@ -166,6 +166,14 @@ def test_annotate_results_of_a_recorded_quiet_machine_run(capsys: pytest.Capture
     assert rl.main([str(path), "--bandwidth", "13e9", "--flops", "1e11", "--llc-bytes", str(32 * 2**20),
                     "--cache-bandwidth", "200e9"]) == 0
     assert "of measured LLC copy 200.00 GB/s [cache-resident]" in capsys.readouterr().out
+    # `perfsuite roofline` is the same command, with one-line errors for a missing or unreadable file
+    from perfsuite.cli import main as cli
+
+    assert cli(["roofline", str(path), "--bandwidth", "13e9", "--flops", "120e9", "--llc-bytes", str(8 * 2**20)]) == 0
+    assert "of measured dram copy 13.00 GB/s [dram]" in capsys.readouterr().out
+    bad = path.parent / "no-such-run.json"
+    assert cli(["roofline", str(bad), "--bandwidth", "13e9", "--flops", "1e11"]) == 2
+    assert "no such results file" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------ cache residency, never above 100 %

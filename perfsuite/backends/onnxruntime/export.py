@@ -88,7 +88,7 @@ def model_digest(model_dir: Path) -> str:
     try:
         return str(json.loads(marker.read_text())["digest"])
     except (OSError, ValueError, KeyError):
-        return models._checkpoint_digest(Path(model_dir))
+        return models.checkpoint_digest(Path(model_dir))
 
 
 def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True) -> ExportResult:

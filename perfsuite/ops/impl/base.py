@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite.ops.shapes import Shape
-from perfsuite.ops.tolerance import Comparison, compare, tolerance
+from perfsuite.ops.tolerance import ToleranceCheck, compare, tolerance
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 ORT_DTYPES = ("float32", "float16")  # numpy (and so ORT's Python feeds) has no bfloat16
@@ -48,7 +48,7 @@ class Op:
     onnx_post: Callable[[list[np.ndarray], Shape], Any] = lambda outs, s: outs[0]
     onnx_key: Callable[[Shape], tuple] = lambda s: ()  # static attributes that need a new graph
     c: float = 8.0  # tolerance constant
-    compare: Callable[[Op, Any, Ref, str, dict[str, np.ndarray]], Comparison] | None = None
+    compare: Callable[[Op, Any, Ref, str, dict[str, np.ndarray]], ToleranceCheck] | None = None
     sdpa: bool = False  # a torch SDPA call: the kernel family is checked with the profiler
     risky: bool = False  # run in a subprocess when isolation is "risky"
     int_inputs: frozenset[str] = frozenset()  # inputs never cast to the float dtype
@@ -57,7 +57,7 @@ class Op:
     torch_compiled: Callable[[dict[str, Any], Shape], Any] | None = None  # what torch.compile compiles if not .torch
     tags: tuple[str, ...] = field(default_factory=tuple)
 
-    def check(self, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> Comparison:
+    def check(self, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> ToleranceCheck:
         if self.compare is not None:
             return self.compare(self, out, ref, dtype, inputs)
         tol = tolerance(dtype, np.asarray(ref.out), ref.mag, ref.k, self.c) + ref.extra

@@ -9,7 +9,7 @@ import numpy as np
 
 from perfsuite.ops.impl.base import Op, Ref, feed, onnx_model, plain_feeds, rng_for, round_to
 from perfsuite.ops.shapes import Shape
-from perfsuite.ops.tolerance import Comparison, compare
+from perfsuite.ops.tolerance import ToleranceCheck, compare
 
 
 def _silu_torch(t: dict[str, Any], s: Shape) -> Any:
@@ -70,11 +70,11 @@ def _argmax_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
     return Ref(i["x"].max(-1))
 
 
-def _argmax_compare(op: Op, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> Comparison:
+def _argmax_compare(op: Op, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> ToleranceCheck:
     idx = np.asarray(out).astype(np.int64)
     x = inputs["x"]
     if idx.shape != x.shape[:1] or (idx.size and (idx.min() < 0 or idx.max() >= x.shape[-1])):
-        return Comparison(False, math.inf, math.inf, 0, int(x.shape[0]), int(x.shape[0]))
+        return ToleranceCheck(False, math.inf, math.inf, 0, int(x.shape[0]), int(x.shape[0]))
     picked = np.take_along_axis(x, idx[:, None], -1)[:, 0]
     return compare(picked, np.asarray(ref.out), np.zeros(picked.shape) + 1e-300)  # exact: same rounded values
 
@@ -84,13 +84,13 @@ def _topk_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
     return Ref(-np.sort(-i["x"], axis=-1)[:, :k])
 
 
-def _topk_compare(op: Op, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> Comparison:
+def _topk_compare(op: Op, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> ToleranceCheck:
     vals, idx = out
     vals, idx = np.asarray(vals, dtype=np.float64), np.asarray(idx).astype(np.int64)
     want = np.asarray(ref.out)
     x = inputs["x"]
     if idx.shape != want.shape or vals.shape != want.shape or (idx.size and (idx.min() < 0 or idx.max() >= x.shape[-1])):
-        return Comparison(False, math.inf, math.inf, 0, int(want.size), int(want.size))
+        return ToleranceCheck(False, math.inf, math.inf, 0, int(want.size), int(want.size))
     picked = np.take_along_axis(x, idx, -1)
     both = np.stack([vals, picked])  # values sorted like the reference, and the indices point at them
     return compare(both, np.stack([want, want]), np.zeros(both.shape) + 1e-300)
