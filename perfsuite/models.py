@@ -13,10 +13,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from perfsuite import cache_entry
 
 if TYPE_CHECKING:
     from perfsuite.cells import Cell
@@ -251,15 +252,12 @@ def _from_hub_cache(repo_id: str) -> tuple[Path, None, str]:
 
 
 def is_complete(target: Path, digest: str) -> bool:
-    """Whether ``target`` holds a finished materialization of ``digest``: its marker names the digest and every file
-    it lists is there at its recorded size (an interrupted write has no marker, or a short file)."""
-    marker = target / MARKER
-    try:
-        meta = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(meta.get("digest") == digest and all((target / f).is_file() and (target / f).stat().st_size == n
-                                                      for f, n in meta.get("files", {}).items()))
+    """Whether ``target`` holds a finished entry of ``digest`` (the format of :mod:`perfsuite.cache_entry`): its
+    marker names the digest and every file it lists is there at its recorded size (an interrupted write has no
+    marker, or a short file). Sizes only: this runs on every worker start."""
+    meta = cache_entry.read_marker(target, MARKER)
+    return isinstance(meta, dict) and meta.get("digest") == digest and \
+        cache_entry.files_problem(target, meta.get("files"), hashes=False) is None
 
 
 def _materialize(preset: Preset, target: Path) -> None:
@@ -267,8 +265,7 @@ def _materialize(preset: Preset, target: Path) -> None:
     import torch
     import transformers
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp = cache_entry.new_tmp(target)
     try:
         cfg_cls = transformers.AutoConfig.for_model(preset.config["model_type"]).__class__
         config = cfg_cls(**{k: v for k, v in preset.config.items() if k != "model_type"})
@@ -278,12 +275,9 @@ def _materialize(preset: Preset, target: Path) -> None:
         dtype = getattr(torch, preset.storage_dtype)
         model = model_cls._from_config(config, dtype=dtype)
         model.save_pretrained(tmp, safe_serialization=True)
-        files = {f.name: f.stat().st_size for f in tmp.iterdir() if f.is_file()}
-        (tmp / MARKER).write_text(json.dumps({"name": preset.name, "digest": preset.digest, "files": files,
-                                              "transformers": transformers.__version__}, indent=1))
-        if target.exists():  # an incomplete earlier attempt: never load it, replace it
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        # an incomplete earlier attempt at target is never loaded: commit replaces it
+        cache_entry.commit(tmp, target, {"name": preset.name, "digest": preset.digest,
+                                         "transformers": transformers.__version__}, MARKER)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

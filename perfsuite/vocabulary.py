@@ -47,7 +47,9 @@ EXACT = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_res
 SERVING_KEYS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
                 "completed", "failed")
 
-LATENCY_NAME = re.compile(r"^(mean|median|min|p[1-9][0-9]?)_(ttft|tpot|itl|e2el)_ms$")
+LATENCY_NAME = re.compile(rf"^(mean|median|min|p[1-9][0-9]?)_({'|'.join(LATENCIES)})_ms$")
+# what a stored run may hold per latency base: the summaries above, min (a gate statistic) and serving's std
+_STORED_LATENCY = re.compile(rf"^(mean|median|min|std|p[0-9]{{1,2}})_({'|'.join(LATENCIES)})_ms$")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,19 @@ def describe(name: str) -> Metric | None:
     if name in EXACT:
         return Metric(name, "bytes", "lower_is_better", tuple(f"test_{t}" for t in TIMED))
     return None
+
+
+def is_measurement(key: str) -> bool:
+    """Whether an ``extra_info`` key is a measured value of this vocabulary (history stores exactly these): a
+    latency summary of a known base, a throughput or an exact count."""
+    return bool(_STORED_LATENCY.match(key)) or key in THROUGHPUT or key in EXACT
+
+
+def policy_help() -> str:
+    """The metric names a gate policy may name, as one phrase for error messages."""
+    return (f"{{{','.join(STATISTICS[:3])},p<1-99>}}_{{{','.join(LATENCIES)}}}_ms, {', '.join(THROUGHPUT)}, "
+            f"{', '.join(EXACT)} (the device-level peak_device_* are GPU-only; give them a tolerance), "
+            "stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
 
 
 def summary_names(base: str) -> tuple[str, ...]:

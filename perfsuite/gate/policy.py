@@ -44,10 +44,7 @@ _LAT = vocabulary.LATENCY_NAME
 _STATS = re.compile(r"^stats\.(min|max|mean|median)$")
 THROUGHPUT = vocabulary.THROUGHPUT
 EXACT_METRICS = vocabulary.EXACT
-METRIC_HELP = ("{mean,median,min,p<1-99>}_{ttft,tpot,itl,e2el}_ms, output_throughput_tokens_per_s, "
-               "decode_throughput_tokens_per_s, prefill_throughput_tokens_per_s, generated_tokens, peak_rss_bytes, peak_allocated_bytes, "
-               "peak_reserved_bytes, peak_device_used_bytes, peak_device_delta_bytes (device-level, GPU; give them a "
-               "tolerance), stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
+METRIC_HELP = vocabulary.policy_help()
 _WHERE = "[tool.perfsuite.gate]"
 
 

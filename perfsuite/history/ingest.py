@@ -19,7 +19,6 @@ import datetime as dt
 import hashlib
 import json
 import math
-import re
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -27,12 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite import baselines
+from perfsuite import baselines, vocabulary
 from perfsuite.history.store import History, HistoryError
 
-# extra_info keys that are measurements (vLLM's names and our memory/token counts).
-_VALUE = re.compile(r"^((mean|median|std|p\d{1,2})_[a-z0-9]+_ms|[a-z_]+_tokens_per_s|peak_[a-z_]+_bytes|"
-                    r"generated_tokens)$")
 _FIX = "nothing was changed; fix or drop that file and run the ingest again"
 
 
@@ -111,8 +107,8 @@ def _process_points(processes: Any, dropped: Counter[str]) -> list[tuple[str, in
         names = set()
         for k, v in proc.items():
             f = _num(v)
-            dropped[f"processes[].{k}"] += _nonfinite(v) and bool(_VALUE.match(k))
-            if f is not None and _VALUE.match(k):
+            dropped[f"processes[].{k}"] += _nonfinite(v) and vocabulary.is_measurement(k)
+            if f is not None and vocabulary.is_measurement(k):
                 out.append((k, i, f))
                 names.add(k)
         samples = proc.get("samples")
@@ -121,7 +117,7 @@ def _process_points(processes: Any, dropped: Counter[str]) -> list[tuple[str, in
                 dropped[f"processes[].samples.{k}"] += sum(map(_nonfinite, vals)) if isinstance(vals, list) else 0
                 xs = [x for x in (_num(v) for v in vals) if x is not None] if isinstance(vals, list) else []
                 name = f"median_{k}"
-                if xs and name not in names and _VALUE.match(name):
+                if xs and name not in names and vocabulary.is_measurement(name):
                     out.append((name, i, statistics.median(xs)))
     return out
 
@@ -167,8 +163,8 @@ def _parse_run(path: Path, data: dict[str, Any], sha: str, runner_class: str | N
                    info.get("measured_by"))
         for k, v in info.items():
             f = _num(v)
-            p.dropped[k] += _nonfinite(v) and bool(_VALUE.match(k))
-            if f is not None and _VALUE.match(k):
+            p.dropped[k] += _nonfinite(v) and vocabulary.is_measurement(k)
+            if f is not None and vocabulary.is_measurement(k):
                 r.points.append((k, -1, f))
         for k, vals in (r.samples or {}).items():
             p.dropped[f"samples.{k}"] += sum(map(_nonfinite, vals)) if isinstance(vals, list) else 0

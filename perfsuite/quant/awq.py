@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from perfsuite import cache_entry
 
 AWQ_VERSION = 1  # bump when the recipe or the layout changes
 BITS = 4
@@ -231,17 +231,12 @@ def _write(target: Path, config: dict[str, Any], tensors: dict[str, Any], meta: 
 
     from perfsuite import models
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp = cache_entry.new_tmp(target)
     try:
         (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
-        files = {f.name: f.stat().st_size for f in tmp.iterdir() if f.is_file()}
-        (tmp / models.MARKER).write_text(json.dumps({**meta, "files": files}, indent=1))
-        if target.exists():  # an incomplete or outdated earlier attempt
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        cache_entry.commit(tmp, target, meta, models.MARKER)  # replaces an incomplete or outdated earlier attempt
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 
-from perfsuite import greedy, models  # noqa: E402
+from perfsuite import cache_entry, greedy, models  # noqa: E402
 from perfsuite.backends import create  # noqa: E402
 from perfsuite.backends.onnxruntime import decoder_io, entries, tracing  # noqa: E402
 from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
@@ -296,7 +296,7 @@ def test_unreplaceable_forged_entry_says_how_to_clear_it(tmp_path: Path, monkeyp
     first = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
     donor = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
     _forge(first.path.parent, donor.path.parent)
-    monkeypatch.setattr(entries.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(30, "Read-only file system")))
+    monkeypatch.setattr(cache_entry.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(30, "Read-only file system")))
     with pytest.raises(decoder_io.ExportError, match=r"was not an export of .*kv_heads 8 \(model 4\); cannot replace .* remove "
                                              r"that directory by hand \(rm -r\)"):
         ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)

@@ -40,3 +40,16 @@ def test_gate_reads_the_vocabulary() -> None:
     assert vocabulary.sample_key("median_e2el_ms") == "e2el_ms" and vocabulary.sample_key("stats.median") is None
     assert vocabulary.base_of_test("tests/perf/test_latency.py::test_tpot[torch-x]") == "tpot"
     assert vocabulary.base_of_test("test_ttft_under_load[vllm-serve-x]") is None
+
+
+@pytest.mark.parametrize("key, stored", [
+    ("median_tpot_ms", True), ("std_itl_ms", True), ("p99_e2el_ms", True), ("min_ttft_ms", True),
+    ("median_tpt_ms", False),            # a misspelt base is not a measurement
+    ("p99_dispatch_delay_ms", False),    # the load client's own cost, kept beside the cell, not a gated value
+    ("peak_rss_bytes", True), ("peak_bytes", False), ("generated_tokens", True),
+    (vocabulary.DECODE_THROUGHPUT, True), ("output_throughput", False),
+])
+def test_history_stores_what_the_vocabulary_names(key: str, stored: bool) -> None:
+    assert vocabulary.is_measurement(key) is stored
+    if stored and not key.startswith("std_"):
+        assert vocabulary.describe(key) is not None  # a gate can name every stored value but std

@@ -11,8 +11,6 @@ decode steps that follow (teacher-free: the float model's greedy tokens), and ca
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -20,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.backends.onnxruntime import decoder_io, entries
+from perfsuite import cache_entry
+from perfsuite.backends.onnxruntime import decoder_io
 from perfsuite.backends.onnxruntime import export as ex
 from perfsuite.backends.onnxruntime.quantize import quiet_root_logger
 from perfsuite.cells import Cell
@@ -68,12 +67,10 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
     from onnxruntime.quantization.quant_utils import write_calibration_table
 
     target = table_dir(export, cell)
-    try:
-        meta = json.loads((target / MARKER).read_text())
-        if meta.get("export") == export.path.parent.name and (target / TABLE_FILE).is_file():
-            return target / TABLE_FILE
-    except (OSError, ValueError):
-        pass
+    meta = cache_entry.read_marker(target, MARKER)
+    if (isinstance(meta, dict) and meta.get("export") == export.path.parent.name and TABLE_FILE in meta.get("files", {})
+            and cache_entry.files_problem(target, meta["files"]) is None):
+        return target / TABLE_FILE
     feeds = calibration_feeds(export, cell)
 
     class _Reader(CalibrationDataReader):
@@ -83,7 +80,7 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
         def get_next(self) -> dict[str, Any] | None:
             return next(self.it, None)
 
-    tmp = entries.new_tmp(target)
+    tmp = cache_entry.new_tmp(target)
     try:
         with warnings.catch_warnings(), quiet_root_logger():
             warnings.simplefilter("ignore")
@@ -94,12 +91,8 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
             ranges = calibrator.compute_data()
             write_calibration_table(dict(ranges.data), dir=str(tmp))
         (tmp / "augmented.onnx").unlink(missing_ok=True)
-        (tmp / MARKER).write_text(json.dumps({"export": export.path.parent.name, "method": "MinMax",
-                                              "feeds": len(feeds), "tensors": len(ranges.data),
-                                              "calib_version": CALIB_VERSION}, indent=1))
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
+        cache_entry.commit(tmp, target, {"export": export.path.parent.name, "method": "MinMax", "feeds": len(feeds),
+                                         "tensors": len(ranges.data), "calib_version": CALIB_VERSION}, MARKER)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,26 +1,25 @@
 """The ONNX cache's entries: ``<cache>/onnx/<key>/`` (model.onnx + perfsuite-onnx.json).
 
-An entry is built in a temporary directory and renamed into place; the marker is written last and records file
-sizes and SHA-256s, and the verification result, so a partial or corrupt entry is rebuilt, never loaded. An entry
+Entries have the one cache format of :mod:`perfsuite.cache_entry` (built in a temporary directory, renamed into
+place, marker written last with file sizes and SHA-256s; here also the verification result), so a partial or
+corrupt entry is rebuilt, never loaded. An entry
 whose graph is not an export of the model it is keyed by (a copied or forged entry) is found by
 :func:`model_mismatch`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from perfsuite import cache_entry
+from perfsuite.cache_entry import file_record, new_tmp  # noqa: F401  (re-exported: the export modules' names)
+
 MARKER = "perfsuite-onnx.json"
 MODEL_FILE = "model.onnx"
-SHA_LIMIT = 256 << 20  # files above this are checked by size only (hashing 14 GB on every load is too slow)
 
 
 def onnx_cache_dir(cache_dir: Path | None = None) -> Path:
@@ -29,37 +28,17 @@ def onnx_cache_dir(cache_dir: Path | None = None) -> Path:
     return (cache_dir or models.default_cache_dir()) / "onnx"
 
 
-def file_record(path: Path) -> dict[str, Any]:
-    size = path.stat().st_size
-    sha = None
-    if size <= SHA_LIMIT:
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        sha = h.hexdigest()
-    return {"size": size, "sha256": sha}
-
-
 def entry_problem(entry: Path, run_checker: bool = True) -> str | None:
     """Why a cache entry must not be loaded (missing marker, size/sha mismatch, onnx.checker failure) or None."""
-    try:
-        meta = json.loads((entry / MARKER).read_text())
-    except FileNotFoundError:
-        return "no marker (partial entry)"
-    except (OSError, ValueError) as exc:
-        return f"unreadable marker: {exc}"
+    meta = cache_entry.read_marker(entry, MARKER)
+    if isinstance(meta, str):
+        return meta
     files = meta.get("files")
     if not isinstance(files, dict) or MODEL_FILE not in files:
         return "marker lists no model file"
-    for name, rec in files.items():
-        f = entry / name
-        if not f.is_file():
-            return f"{name} missing"
-        if f.stat().st_size != rec.get("size"):
-            return f"{name} size {f.stat().st_size} != recorded {rec.get('size')}"
-        if rec.get("sha256") and file_record(f)["sha256"] != rec["sha256"]:
-            return f"{name} sha256 mismatch"
+    problem = cache_entry.files_problem(entry, files)
+    if problem:
+        return problem
     if run_checker:
         import onnx
 
@@ -146,20 +125,4 @@ def read_entry(entry: Path) -> dict[str, Any] | None:
 
 def write_entry(tmp: Path, target: Path, meta: dict[str, Any]) -> None:
     """Record files + marker in ``tmp`` and rename it to ``target`` (replacing a broken entry)."""
-    meta = dict(meta)
-    meta["files"] = {f.name: file_record(f) for f in sorted(tmp.iterdir()) if f.is_file() and f.name != MARKER}
-    (tmp / MARKER).write_text(json.dumps(meta, indent=1, sort_keys=True))
-    if target.exists():
-        shutil.rmtree(target, ignore_errors=True)
-    try:
-        os.replace(tmp, target)
-    except OSError:
-        # Another process won the race with a complete entry: use theirs.
-        shutil.rmtree(tmp, ignore_errors=True)
-        if entry_problem(target, run_checker=False) is not None:
-            raise
-
-
-def new_tmp(target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    cache_entry.commit(tmp, target, meta, MARKER, sound=lambda t: entry_problem(t, run_checker=False) is None)
