@@ -89,7 +89,19 @@ def _record(tree: Path, runs: int) -> None:
     print(f"{accepted} of {runs} recording runs kept and committed in {tree}", flush=True)
 
 
-def cmd_trees(out: Path, record: int = 0) -> None:
+def _drop_class_baselines(tree: Path) -> None:
+    """Remove this machine's runner class's committed baselines from ``tree`` (``trees --fresh``), so that the
+    campaign's baselines are only the runs it records, as on a class with no baselines yet."""
+    from perfsuite import runner_class
+
+    name = runner_class.detect("cpu")[0]
+    if (tree / "baselines" / name).is_dir():
+        git("rm", "-rq", f"baselines/{name}", cwd=tree)
+        git("commit", "-qm", f"gate evaluation: drop the committed {name} baselines (record this campaign's)", cwd=tree)
+        print(f"{tree}: dropped the committed baselines of {name}", flush=True)
+
+
+def cmd_trees(out: Path, record: int = 0, fresh: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     head = git("rev-parse", "HEAD")
     for name in ["A", "A2", *REGRESSIONS]:
@@ -100,6 +112,9 @@ def cmd_trees(out: Path, record: int = 0) -> None:
                 head = git("rev-parse", "HEAD", cwd=tree)
             continue
         git("worktree", "add", "--detach", str(tree), head)
+        if name == "A" and fresh:
+            _drop_class_baselines(tree)
+            head = git("rev-parse", "HEAD", cwd=tree)
         if name == "A" and record:
             _record(tree, record)
             head = git("rev-parse", "HEAD", cwd=tree)  # every other tree starts from A with its baselines
@@ -488,6 +503,7 @@ def main() -> None:
     p = sub.add_parser("trees")
     p.add_argument("out", type=Path)
     p.add_argument("--record", type=int, default=0, help="record this many baseline runs in A (this machine's class)")
+    p.add_argument("--fresh", action="store_true", help="first drop A's committed baselines of this machine's class")
     p = sub.add_parser("true-size")
     p.add_argument("out", type=Path)
     p.add_argument("--gens", type=int, default=120)
@@ -504,7 +520,7 @@ def main() -> None:
     p.add_argument("settings", nargs="*", help="gate settings, e.g. min_run_cv=0.05")
     a = ap.parse_args()
     if a.cmd == "trees":
-        cmd_trees(a.out, a.record)
+        cmd_trees(a.out, a.record, a.fresh)
     elif a.cmd == "true-size":
         cmd_true_size(a.out, a.gens, a.trees.split(","))
     elif a.cmd == "trials":
