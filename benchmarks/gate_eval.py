@@ -243,6 +243,7 @@ def run_ab(out: Path, item: dict[str, Any]) -> dict[str, Any]:
             if len(d) > 2 else None, "tpot_a_median_ms": statistics.median(tp["a_values"]) if d else None,
             "tpot_change": tp.get("change"), "tpot_ci": [tp.get("ci_low"), tp.get("ci_high")],
             "pairs": tp.get("pairs"), "kinds": {m: r.get("kind") for m, r in rows.items()},
+            "tpot_interval": tp.get("interval"), "tpot_d": d,  # per-pair log(B/A): other rules can be replayed
             "tail": "" if proc.returncode in (0, 1) else (proc.stdout + proc.stderr)[-1500:]}
 
 

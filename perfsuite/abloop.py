@@ -109,6 +109,12 @@ class PairRun:
         return sum(self.pair_walls) / max(len(self.pair_walls), 1) * n_cells
 
 
+# Stops whose pair count does not depend on the measured values: at them a member's confidence sequence is closed
+# and its interval also uses the fixed-n signed-rank test (perfsuite.gate.sequential). A caller's stop ("decided",
+# "regression") looked at the values, and Ctrl-C may have: those keep the sequence's interval alone.
+VALUE_BLIND_STOPS = frozenset({"budget", "max-pairs"})
+
+
 class PairsInterrupted(KeyboardInterrupt):
     """Ctrl-C inside :func:`run_pairs`: still a KeyboardInterrupt (callers that clean up keep doing so), carrying
     the whole pairs measured before it (``run.stopped == "interrupted"``) so that ``ab`` can write them."""
@@ -275,6 +281,11 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
         for m in mems:
             m.kind, m.note = decide(m)
         raise PairsInterrupted(PairRun(pairs, "interrupted", clock() - t0, walls)) from None
+    if stopped in VALUE_BLIND_STOPS:  # the pair count did not depend on the values: spend the fixed-n share
+        for m in mems:
+            if m.cs.n:
+                m.cs.close()
+                m.kind, m.note = decide(m)
     return PairRun(pairs, stopped, clock() - t0, walls)
 
 
@@ -303,7 +314,8 @@ def row(m: Member, tau: float, eps: float, pair_s: float, power: float) -> dict[
                            "verdict": kind, "kind": kind, "change": change,
                            "ratio": None if change is None else 1 + change,
                            "ci_low": math.expm1(lo), "ci_high": math.expm1(hi), "pairs": m.cs.n, "alpha": m.alpha,
-                           "note": m.note, "a_values": m.a_values, "b_values": m.b_values}
+                           "note": m.note, "a_values": m.a_values, "b_values": m.b_values,
+                           "interval": "sequence+signed-rank" if m.cs.closed else "sequence"}
     if kind == "inconclusive":
         mde = sequential.mde_reached(m.cs, power)
         more = sequential.pairs_to_settle(m.cs, tau, eps)

@@ -190,6 +190,8 @@ def main(args: argparse.Namespace) -> int:
     n_pairs = len(pairs) // max(len(cells), 1)
     print(f"{n_pairs} pair(s) per cell in {elapsed:.0f} s (stopped: {stop_reason}); A/B order randomized in every "
           f"pair; always-valid {1 - config.alpha:.0%} family-wise confidence sequences"
+          + ("; stopped blind to the values, so intersected with Wilcoxon signed-rank intervals (half of alpha each)"
+             if stop_reason in abloop.VALUE_BLIND_STOPS else "")
           + (f"; workers in {out_dir}" if out_dir else ""))
     result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -23,6 +23,15 @@ Decisions, for relative regression threshold ``tau`` and equivalence margin ``ep
 * unchanged:   the interval lies inside (-eps, eps), or it excludes 0 but the estimate stays within tau and
                the interval inside (-eps, eps)
 * otherwise open; at the budget it is inconclusive, with the MDE reached and the budget that would settle it.
+
+**The budget's end spends the rest of alpha.** The betting sequence pays for looking after every pair: at a fixed
+n its interval is about twice as wide as a fixed-n test's. So it runs at ``(1 - FINAL_SHARE) * alpha``, and when the
+run stops for a reason that does not look at the values (the wall-time budget, the pair cap) the sequence is closed
+(:meth:`ConfidenceSequence.close`) and its interval intersected with Wilcoxon's signed-rank interval for the same
+centre at ``FINAL_SHARE * alpha`` (the Walsh averages' order statistics; exact under the same coin-flip symmetry,
+conditional on the pairs' magnitudes). Either interval misses with probability at most its share, so the
+intersection covers with probability >= 1 - alpha (Bonferroni), and a decision taken early by the sequence keeps
+its own guarantee. A run stopped by Ctrl-C is not closed (whoever pressed it may have watched the estimate).
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ GRID_STEP = 0.0005  # 0.05 % resolution
 LAMBDA_MAX = 0.5
 SCALE_FLOOR = 0.005  # never bet on a scale finer than 0.5 %
 SCALE_PRIOR = 0.05  # scale before 3 pairs are in: 5 %, this VM's between-process spread order of magnitude
+FINAL_SHARE = 0.5  # of alpha: the fixed-n signed-rank test at a budget stop; the rest is the sequence's
+EXACT_MAX_N = 200  # the signed-rank statistic's exact null distribution up to this many pairs, normal beyond
 
 
 def hodges_lehmann(d: Sequence[float], max_pairs: int = 60_000) -> float:
@@ -64,11 +75,41 @@ def robust_sd(d: Sequence[float]) -> float:
     return mad if mad > 0 else float(np.std(x, ddof=1))
 
 
+def signed_rank_interval(d: Sequence[float], alpha: float) -> tuple[float, float] | None:
+    """Two-sided (1 - alpha) interval for the centre of symmetry of ``d`` from Wilcoxon's signed-rank test: the
+    c-th smallest and c-th largest Walsh average, c the largest count with P(W+ <= c - 1) <= alpha / 2 under the
+    null (exact up to EXACT_MAX_N values, normal with continuity correction beyond). ``None`` when there are too
+    few values for any interval at this alpha (5 values need alpha >= 1/16)."""
+    x = np.sort(np.asarray(d, dtype=float))
+    n = x.size
+    if n == 0:
+        return None
+    if n <= EXACT_MAX_N:
+        counts = np.zeros(n * (n + 1) // 2 + 1)
+        counts[0] = 1.0
+        for k in range(1, n + 1):  # subsets of the ranks 1..k by their sum
+            counts[k:] = counts[k:] + counts[:-k].copy()
+        cdf = np.cumsum(counts) / 2.0**n
+        c = int(np.count_nonzero(cdf <= alpha / 2))
+    else:
+        from scipy.stats import norm
+
+        mu, sd = n * (n + 1) / 4, math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+        c = max(0, math.floor(mu + 0.5 - float(norm.isf(alpha / 2)) * sd))
+    if c < 1:
+        return None
+    i, j = np.triu_indices(n)
+    walsh = np.sort((x[i] + x[j]) / 2)
+    return float(walsh[c - 1]), float(walsh[walsh.size - c])
+
+
 @dataclass
 class ConfidenceSequence:
-    """Always-valid (1 - alpha) confidence sequence for the centre of symmetry of a stream of log-ratios."""
+    """Always-valid (1 - alpha) confidence sequence for the centre of symmetry of a stream of log-ratios; closed at
+    a stop that did not look at the values, its interval also uses the fixed-n signed-rank test (module doc)."""
 
     alpha: float
+    final_share: float = FINAL_SHARE
     grid: np.ndarray = field(default_factory=lambda: np.arange(-GRID_HALF_WIDTH, GRID_HALF_WIDTH + GRID_STEP / 2,
                                                                  GRID_STEP))
     data: list[float] = field(default_factory=list)
@@ -81,7 +122,15 @@ class ConfidenceSequence:
         self.max_log_wealth = np.zeros(n)  # running maximum: a shift rejected once stays rejected
         self._s1 = np.zeros(n)  # sum of past g
         self._s2 = np.zeros(n)  # sum of past g^2
-        self._threshold = math.log(1 / self.alpha)
+        if not 0 <= self.final_share < 1:
+            raise ValueError(f"final_share must be in [0, 1), got {self.final_share}")
+        self._threshold = math.log(1 / (self.alpha * (1 - self.final_share)))
+        self.closed = False
+
+    def close(self) -> None:
+        """The run has stopped for a reason that did not look at the values (budget, pair cap): from now on the
+        interval also uses the fixed-n signed-rank test at ``final_share * alpha``. No more values after this."""
+        self.closed = True
 
     def _scale(self) -> float:
         if len(self.data) < 3:
@@ -91,6 +140,8 @@ class ConfidenceSequence:
     def update(self, d: float) -> None:
         if not math.isfinite(d):
             raise ValueError(f"log-ratio must be finite, got {d}")
+        if self.closed:
+            raise ValueError("the sequence is closed (its fixed-n test has been spent); start a new one")
         n = len(self.data)
         c = self._scale()
         g = np.clip((d - self.grid) / c, -1.0, 1.0)
@@ -109,7 +160,18 @@ class ConfidenceSequence:
         return len(self.data)
 
     def interval(self) -> tuple[float, float]:
-        """Shifts not rejected so far (hull). Before any data: the whole grid."""
+        """Shifts not rejected so far (hull). Before any data: the whole grid. Closed: intersected with the
+        signed-rank interval (if the two do not overlap, the sequence's alone, which keeps its own share)."""
+        lo, hi = self.sequence_interval()
+        if not self.closed or self.final_share == 0:
+            return lo, hi
+        fixed = signed_rank_interval(self.data, self.alpha * self.final_share)
+        if fixed is None or max(lo, fixed[0]) > min(hi, fixed[1]):
+            return lo, hi
+        return max(lo, fixed[0]), min(hi, fixed[1])
+
+    def sequence_interval(self) -> tuple[float, float]:
+        """The betting sequence's own hull, whether closed or not."""
         ok = self.max_log_wealth < self._threshold
         if not ok.any():  # every shift rejected (data outside the grid): the nearest edge
             edge = self.grid[-1] if np.mean(self.data) > 0 else self.grid[0]
@@ -191,23 +253,33 @@ def pairs_to_settle(cs: ConfidenceSequence, tau: float, eps: float, cap: int = 1
 
 def pairs_needed(sigma_pair: float, delta: float, alpha: float, tau: float, eps: float, *, power: float = 0.8,
                  trials: int = 30, cap: int = 600, seed: int = 0) -> int | None:
-    """Pairs an A/B needs to decide with probability ``power`` when the per-pair log-ratio has sd ``sigma_pair``
-    and the true shift is ``delta`` (all log scale): simulated with this module's own procedure on normal noise,
-    looking every few pairs. ``None`` if more than ``cap`` (then no budget in reach settles it)."""
+    """Pairs a budget must hold for an A/B to decide with probability ``power`` when the per-pair log-ratio has sd
+    ``sigma_pair`` and the true shift is ``delta`` (all log scale): simulated with this module's own procedure on
+    normal noise, the sequence looking every few pairs and, at the budget's pair count, closed (the fixed-n
+    share). ``None`` if more than ``cap`` (then no budget in reach settles it)."""
     if not (sigma_pair > 0 and math.isfinite(sigma_pair)):
         return None
     rng = np.random.default_rng(seed)
-    stops = []
-    for t in range(trials):
+    budgets = sorted({*range(3, 21), *(round(20 * 1.1**k) for k in range(60) if 20 * 1.1**k <= cap), cap})
+    first = []  # per trial: the smallest budget (pair count) at which it is decided, early or once closed
+    for _ in range(trials):
         cs = ConfidenceSequence(alpha)
-        n_stop = cap + 1
+        got = cap + 1
         for i in range(cap):
             cs.update(float(delta + rng.normal(0, sigma_pair)))
+            n = i + 1
             if (i < 20 or i % max(1, i // 20) == 0) and decide(cs, tau, eps).kind != "open":
-                n_stop = i + 1
+                got = n
                 break
-        stops.append(n_stop)
-        if t >= 5 and sum(s > cap for s in stops) > (1 - power) * trials:
+            if n in budgets:
+                cs.closed = True  # what a budget of n pairs would end with; reopened to go on
+                done = decide(cs, tau, eps).kind != "open"
+                cs.closed = False
+                if done:
+                    got = n
+                    break
+        first.append(got)
+        if len(first) >= 6 and sum(f > cap for f in first) > (1 - power) * trials:
             return None  # too many trials past the cap already: the quantile is past it
-    n = int(np.quantile(stops, power, method="higher"))
+    n = int(np.quantile(first, power, method="higher"))
     return None if n > cap else n

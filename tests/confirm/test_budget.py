@@ -93,3 +93,20 @@ def test_first_pair_always_runs_and_stop_reasons() -> None:
                               rng=random.Random(0), decide=lambda m: ("open", ""), clock=clock, stop=lambda ms: None,
                               measure=FakeWorker(clock, itertools.repeat(1.0)))
     assert capped.stopped == "max-pairs" and len(capped.pairs) == 3
+
+
+def test_a_budget_stop_closes_the_sequences_a_decided_stop_does_not() -> None:
+    """A stop blind to the values (budget, pair cap) spends the fixed-n share; a caller's stop, which looked at
+    the values, keeps the sequence's interval alone."""
+    res, _ = run([2.0] * 100, 60.0, cells=1)
+    assert res.stopped == "budget"
+    clock = Clock()
+    for stop, closed in ((lambda ms: None, True), (lambda ms: "decided" if ms[0].cs.n >= 4 else None, False)):
+        mems = [abloop.Member("c", "tpot", "median_tpot_ms", "median", "tpot_ms", 1.0, 0.01, cs=ConfidenceSequence(0.01))]
+        got = abloop.run_pairs({"a": None, "b": None}, {"a": {}, "b": {}}, [{"id": "c"}], mems, budget_s=1e9,
+                               max_pairs=8, rng=random.Random(2), decide=lambda m: ("open", ""), stop=stop, clock=clock,
+                               measure=FakeWorker(clock, itertools.repeat(1.0)))
+        assert got.stopped == ("max-pairs" if closed else "decided")
+        assert mems[0].cs.closed is closed
+        assert abloop.row(mems[0], 0.01, 0.02, 1.0, 0.8)["interval"] == ("sequence+signed-rank" if closed
+                                                                          else "sequence")

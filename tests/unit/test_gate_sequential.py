@@ -132,3 +132,89 @@ def test_sizing_helpers() -> None:
     assert math.isfinite(seq.mde_reached(cs))
     more = seq.pairs_to_settle(cs, tau, eps)
     assert more is None or more > cs.n
+
+
+@pytest.mark.parametrize("n", [12, 40, 260])  # 260: past EXACT_MAX_N, the normal approximation
+def test_signed_rank_interval_inverts_wilcoxons_test(n: int) -> None:
+    """The interval holds exactly the shifts Wilcoxon's two-sided signed-rank test (scipy) does not reject: just
+    inside either end the test keeps the shift, just outside it rejects it."""
+    rng = np.random.default_rng(n)
+    d = rng.standard_t(3, n) * 0.03 + 0.02
+    alpha = 0.01
+    got = seq.signed_rank_interval(d, alpha)
+    assert got is not None
+    lo, hi = got
+    assert lo < seq.hodges_lehmann(d) < hi
+    method = "exact" if n <= seq.EXACT_MAX_N else "approx"
+    kw = {"method": method} if method == "exact" else {"method": "approx", "correction": True}
+
+    def p(m: float) -> float:
+        return float(st.wilcoxon(d - m, **kw).pvalue)
+
+    step = 1e-7
+    assert p(lo + step) > alpha and p(hi - step) > alpha
+    assert p(lo - step) <= alpha * 1.02 and p(hi + step) <= alpha * 1.02  # the normal tail's rounding
+
+
+def test_signed_rank_interval_needs_enough_pairs() -> None:
+    assert seq.signed_rank_interval([0.1, 0.2, 0.3], 0.01) is None  # 3 pairs: the smallest p is 1/4
+    assert seq.signed_rank_interval([], 0.01) is None
+    assert seq.signed_rank_interval([0.01 * i for i in range(1, 6)], 0.125) is not None  # 5 pairs: p = 1/16
+
+
+def stopped_run(d: np.ndarray, alpha: float, tau: float, eps: float) -> tuple[str, float, float]:
+    """Optional stopping as run_pairs does it: decide after every pair; at the last pair (the budget) close."""
+    cs = seq.ConfidenceSequence(alpha)
+    for x in d:
+        cs.update(float(x))
+        dec = seq.decide(cs, tau, eps)
+        if dec.kind != "open":
+            return dec.kind, dec.low, dec.high
+    cs.close()
+    dec = seq.decide(cs, tau, eps)
+    return dec.kind, dec.low, dec.high
+
+
+@CI
+@given(kind=hs.sampled_from(NOISE), delta=hs.sampled_from([0.0, 0.05]), seed=hs.integers(0, 2**31 - 1))
+def test_closing_at_the_budget_keeps_the_coverage(kind: str, delta: float, seed: int) -> None:
+    """Early decisions by the sequence, the rest closed at the budget with the signed-rank test: the final
+    interval misses the true shift in at most alpha of the runs (Bonferroni over the two shares)."""
+    alpha, n_seq, n_pairs = 0.1, 200, 40
+    tau, eps = math.log1p(0.01), math.log1p(0.02)
+    rng = np.random.default_rng(seed)
+    misses = 0
+    for _ in range(n_seq):
+        _, lo, hi = stopped_run(pair_logratios(rng, kind, n_pairs, delta), alpha, tau, eps)
+        misses += not lo <= delta <= hi
+    assert misses <= st.binom.isf(1e-4, n_seq, alpha)
+
+
+def test_closing_decides_what_the_sequence_alone_left_open() -> None:
+    """The point of the fixed-n share: 30 pairs of a true +5 % at SD 0.05 per pair (the robust spread of a
+    lockstep pair in the VM's slow state) mostly stay open for the sequence alone, and are a regression once closed."""
+    rng = np.random.default_rng(7)
+    tau, eps, alpha = math.log1p(0.01), math.log1p(0.02), 0.01 / 3
+    open_seq = closed_reg = 0
+    for _ in range(40):
+        d = math.log(1.05) + rng.normal(0, 0.05, 30)
+        seq_only = seq.ConfidenceSequence(alpha, final_share=0.0)
+        for x in d:
+            seq_only.update(float(x))
+        open_seq += seq.decide(seq_only, tau, eps).kind == "open"
+        closed_reg += stopped_run(d, alpha, tau, eps)[0] == "regression"
+    assert open_seq >= 24 and closed_reg >= 36  # seeded: 28 of 40 open, 38 of 40 regression
+
+
+def test_a_closed_sequence_takes_no_more_values() -> None:
+    cs = seq.ConfidenceSequence(0.01)
+    for x in (0.01, 0.02, 0.0, 0.03, 0.01, 0.02):
+        cs.update(x)
+    before = cs.interval()
+    cs.close()
+    lo, hi = cs.interval()
+    assert before[0] <= lo <= hi <= before[1]
+    with pytest.raises(ValueError, match="closed"):
+        cs.update(0.01)
+    with pytest.raises(ValueError, match="final_share"):
+        seq.ConfidenceSequence(0.01, final_share=1.0)
