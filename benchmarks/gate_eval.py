@@ -457,6 +457,50 @@ def _sd_cell(rs: list[dict[str, Any]]) -> str:
     return f"{statistics.median(sds):.1%} ({statistics.median(mads):.1%})" if sds else "-"
 
 
+def _replay(d: list[float], alpha: float, final_share: float) -> tuple[str, int]:
+    """The TPOT verdict of ``d`` (per-pair log(B/A)) under the A/B's rule with ``final_share`` of alpha kept for a
+    close at the last pair (0: the sequence alone, the rule before c5028be): (kind, pairs used)."""
+    from perfsuite.gate import sequential
+
+    tau, eps = math.log1p(0.01), math.log1p(0.02)  # ab_threshold and ab_margin defaults
+    cs = sequential.ConfidenceSequence(alpha, final_share=final_share)
+    for x in d:
+        cs.update(x)
+        kind = sequential.decide(cs, tau, eps).kind
+        if kind != "open" and cs.n >= 2:
+            return kind, cs.n
+    if final_share:
+        cs.close()
+    kind = sequential.decide(cs, tau, eps).kind
+    return ("inconclusive" if kind == "open" else kind), cs.n
+
+
+def _replay_section(recs: list[dict[str, Any]]) -> list[str]:
+    """Every ab trial that kept its pairs, replayed under both rules (alpha 0.01 over 3 gated metrics, as run): what
+    the close at the budget changed on the same pairs. Early stops replay identically only where the sequence
+    decided; a trial the new rule stopped early ends there for both."""
+    rows = [r for r in recs if r["kind"] == "ab" and r.get("tpot_d")]
+    if not rows:
+        return []
+    out = ["", "## ab trials replayed: the sequence alone against the sequence closed at the budget (same pairs)", "",
+           "| trial | co-tenant | pairs | stopped | verdict as run | sequence alone (alpha/3) | closed at the budget |",
+           "|---|---|---|---|---|---|---|"]
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        old, _ = _replay(r["tpot_d"], 0.01 / 3, 0.0)
+        new, _ = _replay(r["tpot_d"], 0.01 / 3, 0.5)
+        c = counts.setdefault((r["tree"], r["budget"]), [0, 0, 0])
+        c[0] += 1
+        c[1] += old == "regression"
+        c[2] += new == "regression"
+        out.append(f"| {r['key']} | {'yes' if r['cotenant'] else 'no'} | {r['pairs']} | {r['stopped']} | "
+                   f"{r['tpot_kind']} ({r.get('tpot_interval')}) | {old} | {new} |")
+    out += ["", "| B tree | budget | trials | TPOT regression, sequence alone | closed at the budget |", "|---|---|---|---|---|"]
+    for (tree, budget), (n, o, w) in sorted(counts.items()):
+        out.append(f"| {tree} | {budget} | {n} | {_rate(o, n)} | {_rate(w, n)} |")
+    return out
+
+
 def cmd_report(out: Path) -> None:
     recs = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     true = json.loads((out / "true_size.json").read_text()) if (out / "true_size.json").exists() else {}
@@ -491,6 +535,7 @@ def cmd_report(out: Path) -> None:
                      f"{_rate(sum(bool(r['pb_regressed']) for r in rs), len(rs))} | "
                      f"{_rate(sum('test_tpot' in r['pb_regressed'] for r in rs), len(rs))} | "
                      + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + " |")
+    lines += _replay_section(recs)
     lines += _conditions_section(recs)
     lines += _drift_section(recs)
     text = "\n".join(lines) + "\n"
