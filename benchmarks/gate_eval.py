@@ -426,7 +426,8 @@ def _conditions_section(recs: list[dict[str, Any]]) -> list[str]:
     what it cost: the run-fail rate is the product's verdict, the rest says why."""
     lines = ["", "## By machine state: quiet vs beside a co-tenant busy process", "",
              "| trial kind | tree | state | trials | run fails (gate) | confirmations: kinds | confirmation s (median / max) "
-             "| trial wall s (median / max) |", "|---|---|---|---|---|---|---|---|"]
+             "| trial wall s (median / max) | ab: TPOT log(B/A) per pair, SD (robust), median |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted({r["key"] for r in recs}):
         for busy in (False, True):
             rs = [r for r in recs if r["key"] == key and bool(r.get("cotenant")) == busy and r["rc"] in (0, 1)]
@@ -447,7 +448,7 @@ def _conditions_section(recs: list[dict[str, Any]]) -> list[str]:
                          f"| {kind} | {tree} | {'co-tenant' if busy else 'quiet'} | {len(rs)} | "
                          f"{_rate(fails, len(rs))} | " + (", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-")
                          + " | -")
-            lines[-1] += f" | {statistics.median(walls):.0f} / {max(walls):.0f} |"
+            lines[-1] += f" | {statistics.median(walls):.0f} / {max(walls):.0f} | {_sd_cell(rs)} |"
     return lines
 
 

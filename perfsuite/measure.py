@@ -8,7 +8,9 @@ per-token latencies:
 * E2E: a round is one full generation (prefill + n-1 decode steps); its timestamps give vLLM's per-request TTFT,
   ITL (token to token, the loop's own bookkeeping included, as a client sees it) and TPOT.
 
-A worker measuring all three runs this loop once (not once per test); a TTFT-only job runs prefills alone.
+A worker measuring all three runs this loop once (not once per test); a TTFT-only job runs prefills alone. A backend
+without steps (perfsuite.backends.base.WholeBackend, e.g. vllm-llm) has each ``generate()`` call timed as one
+test_e2el round, and nothing else.
 Releasing a finished generation's state is outside every round (vLLM's e2el ends at the last token). Backends return
 tokens as host lists, so every timed call ends with the device synchronised.
 """
@@ -20,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from perfsuite import metrics, vocabulary
-from perfsuite.backends.base import Backend, StepResult
+from perfsuite.backends.base import Backend, StepResult, has_steps
 from perfsuite.cells import Cell
 
 TIMED = vocabulary.TIMED
@@ -59,12 +61,21 @@ class Generation:
     itl_s: tuple[float, ...]
     e2el_s: float
     tokens: tuple[tuple[int, ...], ...]  # per sequence
+    steps: bool = True  # False: one whole-generation call, only e2el_s is a measurement
 
 
 def generate(backend: Backend, prompts: list[list[int]], new_tokens: int) -> Generation:
     """One generation of ``new_tokens`` tokens per sequence (``new_tokens`` 1: the prefill alone)."""
     batch = len(prompts)
     clock = time.perf_counter
+    if not has_steps(backend):
+        t0 = clock()
+        whole = backend.generate(prompts, new_tokens)
+        t1 = clock()
+        if [len(t) for t in whole] != [new_tokens] * batch:
+            raise TokenCountError(f"generate returned {[len(t) for t in whole]} tokens per sequence for a batch "
+                                  f"of {batch} x {new_tokens}")
+        return Generation(float("nan"), (), (), t1 - t0, tuple(tuple(t) for t in whole), steps=False)
     t0 = clock()
     step = backend.prefill(prompts)
     t1 = clock()
@@ -108,6 +119,11 @@ def measure_generations(backend: Backend, prompts: list[list[int]], new_tokens: 
 def cut(metric: str, gens: Sequence[Generation], batch: int, new_tokens: int) -> Measurement:
     """One test's rounds and samples from the timed generations."""
     ms = lambda xs: [x * 1e3 for x in xs]  # noqa: E731
+    if not all(g.steps for g in gens):
+        if metric != "e2el":
+            raise ValueError(f"whole-generation timings have no {metric} rounds (only e2el)")
+        return Measurement("e2el", {"e2el_ms": ms(g.e2el_s for g in gens)}, generated_tokens=batch * len(gens) *
+                           new_tokens, tokens=[list(s) for s in gens[-1].tokens], rounds_s=[g.e2el_s for g in gens])
     if metric == "ttft":
         return Measurement("ttft", {"ttft_ms": ms(g.ttft_s for g in gens)}, generated_tokens=batch * len(gens),
                            tokens=[[s[0]] for s in gens[-1].tokens], rounds_s=[g.ttft_s for g in gens])

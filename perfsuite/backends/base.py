@@ -36,8 +36,9 @@ class Backend(Protocol):
     """What every backend implements. One instance serves one cell (backend x model x dtype x scenario), built from
     the resolved cell (``cell.model_dir`` set) and the session's cache folder: ``cls(cell, cache_dir=...)``.
 
-    ``timed_metrics``: the tests whose rounds this backend times honestly (perfsuite.vocabulary.TIMED for a backend
-    that exposes prefill and decode steps; ``("e2el",)`` for one that only times whole generations)."""
+    ``timed_metrics``: the tests whose rounds this backend times honestly: perfsuite.vocabulary.TIMED for a backend
+    that exposes prefill and decode steps (:class:`StepBackend`), ``("e2el",)`` for one that only runs whole
+    generations (:class:`WholeBackend`: its ``generate`` is the timed call, its ``prefill``/``decode`` raise)."""
 
     name: str
     timed_metrics: tuple[str, ...]
@@ -60,6 +61,9 @@ class Backend(Protocol):
     def decode(self, state: Any) -> StepResult:
         """One decode step: exactly one new token per sequence, greedy."""
 
+    def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+        """One whole greedy generation: ``new_tokens`` tokens per sequence, its state released afterwards."""
+
     def release(self, state: Any) -> None:
         """Drop a generation's state (KV cache, engine request) so the next prefill starts clean."""
 
@@ -74,6 +78,11 @@ class Backend(Protocol):
         """Free everything; after this no process or device memory of the backend remains."""
 
 
+def has_steps(backend: Any) -> bool:
+    """Whether ``backend`` exposes prefill and decode steps (its declared ``timed_metrics`` include TPOT)."""
+    return "tpot" in backend.timed_metrics
+
+
 class StepBackend:
     """Defaults for a backend that exposes real prefill and decode steps: every test is timed honestly."""
 
@@ -81,3 +90,44 @@ class StepBackend:
 
     def metric_unavailable(self, metric: str) -> str | None:
         return None
+
+    def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+        """Prefill, then one decode per further token."""
+        res = self.prefill(prompts)  # type: ignore[attr-defined]
+        tokens = [[t] for t in res.tokens]
+        for _ in range(new_tokens - 1):
+            res = self.decode(res.state)  # type: ignore[attr-defined]
+            for seq, t in zip(tokens, res.tokens, strict=True):
+                seq.append(t)
+        self.release(res.state)  # type: ignore[attr-defined]
+        return tokens
+
+
+class NoStepsError(RuntimeError):
+    """prefill()/decode() called on a backend that only runs whole generations."""
+
+
+class WholeBackend:
+    """Defaults for a backend that only runs whole generations (one library call returns all tokens, so there is
+    no honest host-side TTFT or step time): only test_e2el is timed, by timing ``generate``."""
+
+    timed_metrics: tuple[str, ...] = ("e2el",)
+    name: str
+
+    def metric_unavailable(self, metric: str) -> str | None:
+        if metric in self.timed_metrics:
+            return None
+        return f"{self.name} runs whole generations only: no host-side {metric.upper()} exists there"
+
+    def _no_steps(self) -> NoStepsError:
+        return NoStepsError(f"{self.name} has no prefill/decode steps (timed_metrics = {self.timed_metrics}): "
+                            "call generate(prompts, new_tokens) for a whole generation")
+
+    def prefill(self, prompts: list[list[int]]) -> StepResult:
+        raise self._no_steps()
+
+    def decode(self, state: Any) -> StepResult:
+        raise self._no_steps()
+
+    def release(self, state: Any) -> None:
+        del state

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite.backends.base import StepResult
+from perfsuite.backends.base import StepBackend, StepResult
 from perfsuite.backends.vllm_common import (
     INSTALL_HINT,
     VllmEngineError,
@@ -78,7 +78,7 @@ class _Gen:
 
 # ---------------------------------------------------------------------------------------------- the step backend
 
-class VllmBackend(EngineBackend):
+class VllmBackend(EngineBackend, StepBackend):
     def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         super().__init__(cell, cache_dir)
         self.engine: Any = None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import memory
-from perfsuite.backends.base import MemoryStats, StepBackend
+from perfsuite.backends.base import MemoryStats
 from perfsuite.backends.vllm_common import (
     VllmEngineError,
     VllmWorkerDied,
@@ -207,7 +207,7 @@ def shutdown_engine(engine: Any, procs: EngineProcesses) -> list[int]:
     return procs.reap()
 
 
-class EngineBackend(StepBackend):
+class EngineBackend:
     """What both vLLM backends do around their engine: start it under the cell's environment recording the processes
     it starts, end them if ``load()`` fails after the start, and report memory over all of them."""
 

@@ -9,20 +9,18 @@ batch, ``max_tokens = new_tokens``, ``ignore_eos`` (exactly n tokens, checked). 
 defaults are those ``vllm bench latency`` makes or that token-id prompts need (see
 :func:`~perfsuite.backends.vllm_engine_args.llm_engine_args`).
 
-Only whole generations are timed (``timed_metrics = ("e2el",)``): ``generate()`` returns when the batch is done,
-so there is no honest TTFT or per-step time from the host. ``prefill()`` runs the whole generation and hands the
-first tokens out; ``decode()`` hands out the following ones without engine work, so a prefill + (n - 1) decodes
-loop times exactly one ``generate()`` call; :meth:`VllmLlmBackend.metric_unavailable` says why TTFT/TPOT cells
-must be skipped.
+Only whole generations are timed (``timed_metrics = ("e2el",)``, :class:`~perfsuite.backends.base.WholeBackend`):
+``generate()`` returns when the batch is done, so there is no honest TTFT or per-step time from the host. The
+worker times each ``generate()`` call as one test_e2el round; ``prefill()``/``decode()`` raise, and
+:meth:`VllmLlmBackend.metric_unavailable` says why TTFT/TPOT cells are skipped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.backends.base import StepResult
+from perfsuite.backends.base import WholeBackend
 from perfsuite.backends.vllm_common import (
     VllmEngineError,
     model_path_for,
@@ -36,15 +34,7 @@ from perfsuite.cells import Cell
 TIMED_METRICS = ("e2el",)
 
 
-@dataclass
-class _Done:
-    """One finished generation, handed out token by token."""
-
-    tokens: list[list[int]]
-    given: int  # tokens per sequence handed out so far
-
-
-class VllmLlmBackend(EngineBackend):
+class VllmLlmBackend(EngineBackend, WholeBackend):
     timed_metrics = TIMED_METRICS
 
     def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
@@ -123,12 +113,16 @@ class VllmLlmBackend(EngineBackend):
         self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
 
     # ------------------------------------------------------------------ generation
-    def generate(self, prompts: list[list[int]]) -> list[list[int]]:
-        """One ``LLM.generate`` call for the batch (what one timed round is); the generated token ids."""
+    def generate(self, prompts: list[list[int]], new_tokens: int | None = None) -> list[list[int]]:
+        """One ``LLM.generate`` call for the batch (what one timed round is); the generated token ids. The sampling
+        parameters are built at load for the cell's ``new_tokens``; another count is refused."""
         from vllm.inputs import TokensPrompt
 
         if self.llm is None:
             raise VllmEngineError("load() first")
+        if new_tokens is not None and new_tokens != self.cell.scenario.new_tokens:
+            raise VllmEngineError(f"generate(new_tokens={new_tokens}): this cell generates exactly "
+                                  f"{self.cell.scenario.new_tokens} tokens (its scenario's new_tokens)")
         with self._procs.watch():
             outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], self._sp,
                                      use_tqdm=False)
@@ -138,19 +132,6 @@ class VllmLlmBackend(EngineBackend):
             raise VllmEngineError(f"LLM.generate returned {[len(t) for t in tokens]} tokens per request, expected "
                                   f"exactly {n} (ignore_eos, min_tokens = max_tokens = {n})")
         return tokens
-
-    def prefill(self, prompts: list[list[int]]) -> StepResult:
-        done = _Done(self.generate(prompts), 1)
-        return StepResult([t[0] for t in done.tokens], done)
-
-    def decode(self, state: _Done) -> StepResult:
-        if state.given >= len(state.tokens[0]):
-            raise VllmEngineError(f"decode() past new_tokens={self.cell.scenario.new_tokens}")
-        state.given += 1
-        return StepResult([t[state.given - 1] for t in state.tokens], state)
-
-    def release(self, state: Any) -> None:
-        del state
 
     # ------------------------------------------------------------------ facts
     def info(self) -> dict[str, Any]:

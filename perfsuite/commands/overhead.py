@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from perfsuite import measure, models
+from perfsuite.backends.base import has_steps
 from perfsuite.cells import Cell, Scenario
 
 
@@ -48,6 +49,9 @@ def main(args: argparse.Namespace) -> int:
     reason = backend.availability()
     if reason:
         print(f"perfsuite overhead: {args.backend} unavailable: {reason}")
+        return 2
+    if not has_steps(backend):
+        print(f"perfsuite overhead: {args.backend} has no decode steps to time (it runs whole generations only)")
         return 2
     backend.load()
     prompts = models.prompts(1, 64, resolved.vocab_size)

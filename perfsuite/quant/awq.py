@@ -317,10 +317,8 @@ def vllm_agreement(backend: Any, prompts: list[list[int]], new_tokens: int) -> d
     (the twin in that dtype vs float32): positions whose twin top-2 margin exceeds it must agree. Untimed; for tests
     and for recording in a cell's ``extra_info`` after its measurement.
     """
-    from perfsuite import greedy
-
     twin = backend.info()["awq"]["dequantized_twin"]
-    toks = greedy.generate(backend, prompts, new_tokens)
+    toks = backend.generate(prompts, new_tokens)
     seqs = [p + t for p, t in zip(prompts, toks, strict=True)]
     start = len(prompts[0]) - 1
     got = backend.teacher_forced_top1(seqs, start)

@@ -86,15 +86,10 @@ def _measure(job: dict[str, Any], workdir: Path, gate: Any = None) -> dict[str, 
         memory = backend.memory_stats().as_dict()
         if sampler is not None:
             memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
-        timed = backend.timed_metrics
         for metric, m in measured.items():
             prof = _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job) if job.get("cprofile") \
                 else None
-            samples = m.samples
-            if metric == "e2el" and "ttft" not in timed:
-                # whole-call timing (vllm-llm): the per-token parts inside it are not real TTFT/ITL values
-                samples = {k: v for k, v in samples.items() if k == "e2el_ms"}
-            out[metric] = {"rounds_s": m.rounds_s, "samples": samples, "generated_tokens": m.generated_tokens,
+            out[metric] = {"rounds_s": m.rounds_s, "samples": m.samples, "generated_tokens": m.generated_tokens,
                            "first_tokens": [s[:8] for s in m.tokens], "memory": memory, "cprofile_path": prof}
         info = backend.info()
     finally:
@@ -113,16 +108,10 @@ def _profile_once(backend: Any, prompts: list[list[int]], new_tokens: int, metri
     """--benchmark-cprofile: one extra, untimed unit of the metric under cProfile, dumped for the coordinator."""
     import cProfile
 
+    from perfsuite import measure
+
     prof = cProfile.Profile()
-
-    def one() -> None:
-        step = backend.prefill(prompts)
-        if metric != "ttft":
-            for _ in range(new_tokens - 1):
-                step = backend.decode(step.state)
-        backend.release(step.state)
-
-    prof.runcall(one)
+    prof.runcall(measure.generate, backend, prompts, 1 if metric == "ttft" else new_tokens)
     path = workdir / f"cprofile-{job.get('label', '')}{job.get('index', 0)}-{metric}.prof"
     prof.dump_stats(str(path))
     return str(path)

@@ -81,7 +81,13 @@ def test_a_sweep_cell_end_to_end_on_the_stub(monkeypatch, tmp_path):
         info = record.record(sess, cr, conf, bm, req)  # type: ignore[arg-type]
         benches.append({"name": metric, "extra_info": info, "stats": {"median": 1.0}})
     sw = benches[0]["extra_info"]["sweep"]
-    assert sw["knee_rate"] in (8.0, 16.0) and sw["stopped"].startswith(("at 32", "at 64"))
+    # The stub serves one request at a time (~35 ms each), so no machine keeps up with 32 req/s; a slow one falls
+    # behind earlier. What holds on every machine: the sweep stopped at a rate of its ladder, and the knee is the
+    # rate before it.
+    ladder = [8.0, 16.0, 32.0, 64.0]
+    stop_rate = float(sw["stopped"].split()[1])
+    assert sw["stopped"].startswith("at ") and stop_rate in ladder[1:3]
+    assert sw["knee_rate"] == ladder[ladder.index(stop_rate) - 1]
     assert len(sw["knee_rate_per_start"]) == 2 and all("sweep" in p for p in benches[0]["extra_info"]["processes"])
     assert benches[0]["extra_info"]["cell"]["point"]["load"]["rate"] == 8.0  # the gate sees the fixed point
     assert benches[0]["extra_info"]["client_cpus"] is None  # recorded; the stub server has no cores of its own

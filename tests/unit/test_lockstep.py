@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from perfsuite import lockstep, measure
-from perfsuite.backends.base import StepResult
+from perfsuite.backends.base import StepBackend, StepResult
 
 
-class _Backend:
+class _Backend(StepBackend):
     """A fake backend that logs when each of its calls starts and ends (into a log shared by both sides)."""
 
     def __init__(self, side: str, log: list[tuple[str, str]], lock: threading.Lock) -> None:

@@ -6,10 +6,10 @@ import time
 import pytest
 
 from perfsuite import measure
-from perfsuite.backends.base import MemoryStats, StepResult
+from perfsuite.backends.base import MemoryStats, NoStepsError, StepBackend, StepResult, WholeBackend
 
 
-class FakeBackend:
+class FakeBackend(StepBackend):
     name = "fake"
 
     def __init__(self, prefill_s=0.004, decode_s=0.002, short_by=0):
@@ -101,3 +101,53 @@ def test_wrong_token_count_fails_the_measurement():
 def test_unknown_metric_is_named():
     with pytest.raises(ValueError, match=r"unknown metric\(s\) \['tpt'\]"):
         measure.measure_generations(FakeBackend(), PROMPTS, 4, 1, 0, ["tpt"])
+
+
+class WholeFake(WholeBackend):
+    """A backend with no steps: one call returns every token (as vllm.LLM.generate does)."""
+
+    name = "whole-fake"
+
+    def __init__(self, n_back=None):
+        self.calls, self.n_back = [], n_back
+
+    def generate(self, prompts, new_tokens):
+        self.calls.append(new_tokens)
+        time.sleep(0.003)
+        return [[len(p) + k for k in range(self.n_back or new_tokens)] for p in prompts]
+
+
+def test_a_backend_without_steps_is_timed_one_whole_call_per_round():
+    b = WholeFake()
+    out = measure.measure_generations(b, PROMPTS, new_tokens=4, generations=3, warmup=1, wanted=["e2el"])
+    m = out["e2el"]
+    assert b.calls == [4] * 4 and len(m.rounds_s) == 3 and min(m.rounds_s) >= 0.003
+    # only the whole call is a measurement: no TTFT/ITL/TPOT samples made up from inside it
+    assert set(m.samples) == {"e2el_ms"} and m.samples["e2el_ms"] == [r * 1e3 for r in m.rounds_s]
+    assert m.tokens == [[8, 9, 10, 11], [8, 9, 10, 11]] and m.generated_tokens == 2 * 3 * 4
+    with pytest.raises(ValueError, match="no tpot rounds"):
+        measure.measure_generations(b, PROMPTS, new_tokens=4, generations=1, warmup=0, wanted=["tpot"])
+
+
+def test_a_backend_without_steps_refuses_steps_and_short_generations():
+    b = WholeFake(n_back=3)
+    assert b.metric_unavailable("e2el") is None and "whole generations only" in b.metric_unavailable("ttft")
+    with pytest.raises(NoStepsError, match=r"no prefill/decode steps .*generate\(prompts, new_tokens\)"):
+        b.prefill(PROMPTS)
+    with pytest.raises(measure.TokenCountError, match=r"generate returned \[3, 3\] tokens"):
+        measure.measure_generations(b, PROMPTS, 4, 1, 0, ["e2el"])
+
+
+def test_step_backend_generate_is_the_greedy_loop():
+    b = FakeBackend(prefill_s=0, decode_s=0)
+    assert b.generate(PROMPTS, 3) == [[8, 9, 10], [8, 9, 10]] and b.calls == ["prefill", "decode", "decode"]
+    assert b.live == 0
+
+
+def test_an_injected_slowdown_also_slows_generate(monkeypatch):
+    from perfsuite.backends import inject
+
+    burned = []
+    monkeypatch.setattr(inject, "burn_for", lambda s: burned.append(s))
+    b = inject.SlowedDecode(FakeBackend(prefill_s=0, decode_s=0.001), 0.5)
+    assert b.generate(PROMPTS, 3) == [[8, 9, 10], [8, 9, 10]] and len(burned) == 2

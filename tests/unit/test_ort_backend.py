@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 
-from perfsuite import cache_entry, greedy, models  # noqa: E402
+from perfsuite import cache_entry, models  # noqa: E402
 from perfsuite.backends import create  # noqa: E402
 from perfsuite.backends.onnxruntime import decoder_io, entries, tracing  # noqa: E402
 from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
@@ -39,7 +39,7 @@ def exported(perfsuite_cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
 
 
 def _generate(backend: Any, prompts: list[list[int]], n: int) -> list[list[int]]:
-    return greedy.generate(backend, prompts, n)
+    return backend.generate(prompts, n)
 
 
 @pytest.mark.parametrize("name", TINY)

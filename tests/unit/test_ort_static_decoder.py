@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("torch")
 
-from perfsuite import greedy, models  # noqa: E402
+from perfsuite import models  # noqa: E402
 from perfsuite.backends import create  # noqa: E402
 from perfsuite.backends.onnxruntime import decoder_io, tracing  # noqa: E402
 from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
@@ -44,7 +44,7 @@ def _prompts(name: str) -> list[list[int]]:
 
 
 def _generate(backend: Any, prompts: list[list[int]]) -> list[list[int]]:
-    return greedy.generate(backend, prompts, SC.new_tokens)
+    return backend.generate(prompts, SC.new_tokens)
 
 
 def _cell(name: str, **opts: Any) -> Cell:

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import greedy, models
+from perfsuite import models
 from perfsuite.backends import create
 from perfsuite.cells import Cell, Scenario
 
@@ -38,7 +38,7 @@ def _cell(batch: int, model: str = "tiny-llama") -> Cell:
 
 
 def _generate(be, prompts):
-    return greedy.generate(be, prompts, N)
+    return be.generate(prompts, N)
 
 
 def _run(batch: int):

@@ -32,20 +32,25 @@ def test_only_whole_generations_are_timed() -> None:
         assert reason is not None and "LLM.generate()" in reason and metric.upper() in reason
 
 
-def test_prefill_then_decodes_hand_out_one_generate_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    """prefill() is the one generate() call of a generation; decode() hands its tokens out and never goes past n."""
+def test_each_round_is_one_generate_call_and_there_are_no_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's loop times one generate() call per generation; prefill()/decode() do not pretend to be steps."""
+    from perfsuite import measure
+    from perfsuite.backends.base import NoStepsError
+
     be = VllmLlmBackend(_cell())
     calls = []
-    monkeypatch.setattr(be, "generate", lambda prompts: calls.append(prompts) or [[10, 11, 12, 13, 14, 15],
-                                                                                   [20, 21, 22, 23, 24, 25]])
-    r = be.prefill([[1] * 16, [2] * 16])
-    got = [r.tokens]
-    for _ in range(SC.new_tokens - 1):
-        r = be.decode(r.state)
-        got.append(r.tokens)
-    assert got == [[10, 20], [11, 21], [12, 22], [13, 23], [14, 24], [15, 25]] and len(calls) == 1
-    with pytest.raises(VllmEngineError, match="past new_tokens=6"):
-        be.decode(r.state)
+    monkeypatch.setattr(be, "generate", lambda prompts, n: calls.append(n) or [[10 + k for k in range(n)]] * 2)
+    m = measure.measure_generations(be, [[1] * 16, [2] * 16], SC.new_tokens, 3, 1, ["e2el"])["e2el"]
+    assert calls == [SC.new_tokens] * 4 and set(m.samples) == {"e2el_ms"} and len(m.rounds_s) == 3
+    with pytest.raises(NoStepsError, match="no prefill/decode steps"):
+        be.prefill([[1] * 16])
+
+
+def test_generate_refuses_another_token_count() -> None:
+    be = VllmLlmBackend(_cell())
+    be.llm = object()
+    with pytest.raises(VllmEngineError, match=r"generates exactly 6 tokens"):
+        be.generate([[1] * 16], 5)
 
 
 def test_step_mode_options_are_refused() -> None:
