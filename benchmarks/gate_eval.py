@@ -25,6 +25,7 @@ import math
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -62,6 +63,27 @@ REGRESSIONS: dict[str, tuple[str, str]] = {
 }
 
 
+def run_child(cmd: list[str], *, cwd: Path, env: dict[str, str] | None, grace_s: float = 120.0
+              ) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(cmd, capture_output=True, text=True)``, except on Ctrl-C: ``subprocess.run`` SIGKILLs its
+    child 0.25 s after the interrupt, before the child has removed its worker folders and worktree (which left
+    ``/tmp/perfsuite-workers-*`` behind in campaign 7). Here the child, in a session of its own so that a
+    ``kill -INT -- -PGID`` of the campaign reaches it once, through us, gets that SIGINT and ``grace_s`` to clean up."""
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            try:
+                proc.send_signal(signal.SIGINT)
+                proc.communicate(timeout=grace_s)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
@@ -71,9 +93,9 @@ def _record(tree: Path, runs: int) -> None:
     trials then compare against baselines this machine made (at the start of the campaign), as a team's would be."""
     accepted = 0
     for i in range(runs):
-        proc = subprocess.run([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
+        proc = run_child([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
                                "-p", "no:randomly", "-p", "no:cacheprovider", "--perf-update-baselines"],
-                              cwd=tree, env=_env(tree), capture_output=True, text=True)
+                              cwd=tree, env=_env(tree))
         if proc.returncode != 0:  # e.g. the baseline acceptance refused a run of a drifting machine: keep the others
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
             print(f"recording run {i + 1}/{runs} in {tree} not kept (rc {proc.returncode}): {tail[0][:300]}",
@@ -228,10 +250,10 @@ def run_ab(out: Path, item: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         res_path = Path(tmp) / "ab.json"
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "perfsuite.cli", "ab", "--a", str(out / "A"), "--b", str(tree),
+        proc = run_child([sys.executable, "-m", "perfsuite.cli", "ab", "--a", str(out / "A"), "--b", str(tree),
                                "--budget", item["budget"], "--backend", "torch", "--json", str(res_path),
                                "--pairs", item.get("pairs", "lockstep")],
-                              cwd=tree, env=_env(tree), capture_output=True, text=True)
+                              cwd=tree, env=_env(tree))
         wall = time.monotonic() - t0
         data = json.loads(res_path.read_text()) if res_path.exists() else {}
     rows = {r["metric"]: r for r in data.get("verdicts", [])}
@@ -262,12 +284,12 @@ def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         gate_json = Path(tmp) / "gate.json"
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
+        proc = run_child([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
                                "-p", "no:randomly", "-p", "no:cacheprovider", "--benchmark-compare",
                                "--benchmark-compare-fail=median:5%", f"--perf-gate-json={gate_json}",
                                f"--benchmark-json={run_json}", *(["--perf-confirm-inconclusive"] if item.get("ci")
                                                                  else [])],
-                              cwd=tree, env=_env(tree), capture_output=True, text=True)
+                              cwd=tree, env=_env(tree))
         wall = time.monotonic() - t0
         verdicts = json.loads(gate_json.read_text()) if gate_json.exists() else []
     text = proc.stdout + proc.stderr

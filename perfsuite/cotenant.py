@@ -7,6 +7,12 @@ every barrier, and a pair takes 10-20x its usual time with a spread no budget av
 EPYC: MDE +104..+135 % after 180 s; docs/gate-evaluation.md). Both sides measured with one thread fewer per busy core
 keep the comparison fair (same threads on both sides) and the pairs fast.
 
+A quiet small machine gets one thread per side too: a lockstep pair keeps both workers alive and one waits while the
+other generates, so with a pool of one thread per core the waiting side's spinning OpenMP threads take cores from the
+side being timed. Measured on the 2-core AMX Xeon (benchmarks/ab_threads.py, docs/gate-evaluation.md, campaign 7b):
+one thread per side decided +5 % in 2 minutes 4/4 with a per-pair SD of 5.5-7.0 %, the default threads 3/4 with
+9.4-12.5 % (Mann-Whitney p = 0.029). Machines above :data:`SMALL_CPUS` cores keep the cells' default until measured.
+
 Only OpenMP runtimes read ``OMP_NUM_THREADS`` (torch's intra-op pool); ONNX Runtime's own thread pool keeps its size
 (the cell's ``threads`` option) and vLLM binds its own threads, which the line of :func:`decide` says.
 """
@@ -20,8 +26,9 @@ from dataclasses import dataclass
 
 from perfsuite.preflight import LoadSample, sample_load
 
-MODES = ("auto", "cell")
+MODES = ("auto", "cell")  # or a positive thread count ("1")
 BUSY_CORES = 0.25  # the load check's own threshold (preflight.LoadPolicy.max_other_cores)
+SMALL_CPUS = 2  # up to this many usable cores an A/B's two sides run with one OpenMP thread each (measured on 2)
 
 
 @dataclass(frozen=True)
@@ -49,8 +56,7 @@ def usable_cpus() -> int:
 def decide(sample: LoadSample, environs: Mapping[str, Mapping[str, str]], cpus: int, mode: str = "auto"
            ) -> ThreadChoice:
     """``environs``: each side's environment (a side that fixes OMP_NUM_THREADS itself is not overridden)."""
-    if mode not in MODES:
-        raise ValueError(f"thread mode {mode!r}: expected one of {', '.join(MODES)}")
+    fixed_count = parse_mode(mode)
     other = sample.other_cores if sample.available else None
     if mode == "cell":
         return ThreadChoice(None, cpus, other, "threads: each cell's own default (thread mode 'cell')")
@@ -58,6 +64,16 @@ def decide(sample: LoadSample, environs: Mapping[str, Mapping[str, str]], cpus: 
     if fixed:
         return ThreadChoice(None, cpus, other, f"threads: OMP_NUM_THREADS is set for side(s) {', '.join(fixed)}; "
                                                "left as given")
+    if fixed_count is not None:
+        return ThreadChoice(fixed_count, cpus, other, f"threads: both sides measured with OMP_NUM_THREADS={fixed_count}"
+                                                      f" (thread mode '{mode}')")
+    busy = other is not None and other > BUSY_CORES
+    if not busy and cpus <= SMALL_CPUS:
+        seen = sample.describe() if other is None else f"{other:.2f} of {cpus} cores busy outside this run"
+        return ThreadChoice(1, cpus, other, (
+            f"threads: both sides measured with OMP_NUM_THREADS=1 on this {cpus}-core machine ({seen}): a pair's "
+            "waiting side would otherwise spin on the cores of the side being timed (ONNX Runtime and vLLM cells keep "
+            "their own threads; thread mode 'cell' measures every cell at its default)"))
     if other is None:
         return ThreadChoice(None, cpus, None, f"threads: each cell's own default ({sample.describe()})")
     if other <= BUSY_CORES:
@@ -71,6 +87,15 @@ def decide(sample: LoadSample, environs: Mapping[str, Mapping[str, str]], cpus: 
         f"threads: a co-tenant holds {other:.2f} of {cpus} cores ({sample.describe()}); both sides measured with "
         f"OMP_NUM_THREADS={threads} so that their threads do not wait for a descheduled sibling (ONNX Runtime and vLLM "
         "cells keep their own threads; thread mode 'cell' measures every cell at its default)"))
+
+
+def parse_mode(mode: str) -> int | None:
+    """The thread count a numeric mode fixes (None for ``auto`` / ``cell``); ValueError naming the choices."""
+    if mode in MODES:
+        return None
+    if mode.isdigit() and int(mode) >= 1:
+        return int(mode)
+    raise ValueError(f"thread mode {mode!r}: expected one of {', '.join(MODES)} or a thread count such as 1")
 
 
 def choose(environs: Mapping[str, Mapping[str, str]], mode: str = "auto", interval_s: float = 0.5) -> ThreadChoice:

@@ -31,12 +31,8 @@ from perfsuite.backends.vllm_engine import EngineBackend, shutdown_engine
 from perfsuite.backends.vllm_engine_args import engine_env, llm_engine_args
 from perfsuite.cells import Cell
 
-TIMED_METRICS = ("e2el",)
-
 
 class VllmLlmBackend(EngineBackend, WholeBackend):
-    timed_metrics = TIMED_METRICS
-
     def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         super().__init__(cell, cache_dir)
         self.llm: Any = None

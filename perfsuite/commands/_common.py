@@ -35,3 +35,16 @@ def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -
             precheck.check_thread_env(os.environ)
     except precheck.PreflightError as exc:
         raise UsageError(str(exc)) from None
+
+
+def thread_mode(text: str) -> str:
+    """argparse type of ``--threads``: auto | cell | a thread count (perfsuite.cotenant)."""
+    import argparse
+
+    from perfsuite import cotenant
+
+    try:
+        cotenant.parse_mode(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text

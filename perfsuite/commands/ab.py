@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands._common import check_locations, parse_duration
+from perfsuite.commands._common import check_locations, parse_duration, thread_mode
 from perfsuite.errors import UsageError
 
 
@@ -42,9 +42,10 @@ def register(sub: Any) -> None:
                        help=f"interpreter of {up} (default: this one); it must import perfsuite from its tree")
         p.add_argument(f"--{side}-env", action="append", default=[], metavar="KEY=VALUE",
                        help=f"extra environment variable for {up}'s workers (repeatable)")
-    p.add_argument("--threads", choices=("auto", "cell"), default="auto",
-                   help="auto (default): when another process holds cores, both sides' workers run with "
-                   "OMP_NUM_THREADS = the free cores (perfsuite.cotenant); cell: every cell at its own default")
+    p.add_argument("--threads", type=thread_mode, default="auto", metavar="auto|cell|N",
+                   help="auto (default): both sides' workers run with OMP_NUM_THREADS = the free cores when another "
+                   "process holds cores, and with 1 on a machine of 2 cores (perfsuite.cotenant); cell: every cell at "
+                   "its own default; N: both sides at N threads")
     p.add_argument("--pairs", choices=("lockstep", "sequential"), default="lockstep",
                    help="lockstep (default): a pair's two workers alive together, taking turns generation by "
                    "generation, so drift lands on both sides (needs both trees to support it, else sequential); "

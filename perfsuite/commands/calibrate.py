@@ -14,7 +14,7 @@ needs to decide a 5 % and a 2 % slowdown. ``ab``'s pairs run in lockstep (perfsu
 taking turns), which cancels drift the between-process spread of one-after-the-other processes includes, so each run
 also measures ``--pairs`` A/A lockstep pairs of this tree and predicts ``ab`` from their spread of log(B/A); with
 ``--pairs 0`` (and for serving cells, whose pairs are sequential) the prediction is sqrt(2) x the between-process
-spread.
+spread. The pairs run at ``ab``'s thread choice (``--threads``, perfsuite.cotenant).
 
   perfsuite calibrate --runs 5 --backend torch --gap 60s --json calib.json
   perfsuite calibrate --profile pr --cells 'vllm-serve-*' --runs 3 --workers 2   # serving: a start per replicate
@@ -23,6 +23,7 @@ spread.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.commands._common import check_locations, parse_duration
+from perfsuite.commands._common import check_locations, parse_duration, thread_mode
 from perfsuite.errors import UsageError
 
 
@@ -43,6 +44,10 @@ def register(sub: Any) -> None:
     p.add_argument("--workers", type=int, default=None, help="processes per cell and run (default: the profile's)")
     p.add_argument("--pairs", type=int, default=4, help="A/A lockstep pairs per cell and run, as ab measures them; "
                    "their spread predicts ab's pairs (default 4; 0: predict from the between-process spread)")
+    p.add_argument("--threads", type=thread_mode, default="auto", metavar="auto|cell|N",
+                   help="OpenMP threads of the A/A pairs, chosen as perfsuite ab chooses them (default auto: one "
+                   "each on a 2-core machine or the free cores beside a co-tenant), so the prediction is ab's; the "
+                   "runs' processes keep each cell's default, as pytest measures")
     p.add_argument("--gap", default="0s", help="pause between runs, e.g. 60s, to see drift over time")
     p.add_argument("--profile", default="smoke")
     p.add_argument("--backend", default=None)
@@ -55,7 +60,7 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perfsuite import scheduler
+    from perfsuite import cotenant, scheduler
     from perfsuite.gate.policy import PolicyError, load_config
     from perfsuite.noise import decompose, format_report
     from perfsuite.progress import Progress
@@ -102,7 +107,12 @@ def main(args: argparse.Namespace) -> int:
     pair_walls: list[float] = []
     prog = Progress(min_interval_s=10.0)
     preload = pool.preload_modules({c.backend for c in cells})
-    with pool.Pool(side, preload=preload) as workers_pool, pool.Pool(side, preload=preload) as twin:
+    threads = cotenant.choose({"A": {}, "B": {}}, args.threads) if args.pairs else None
+    pair_side = dataclasses.replace(side, env=threads.env + side.env) if threads else side
+    if threads:
+        print(f"perfsuite calibrate: A/A pairs: {threads.line}", flush=True)
+    with pool.Pool(side, preload=preload) as workers_pool, pool.Pool(pair_side, preload=preload) as pair_a, \
+            pool.Pool(pair_side, preload=preload) as twin:
         for r in range(args.runs):
             if r and gap:
                 time.sleep(gap)
@@ -122,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
                 for c in cells:
                     pj = {s: scheduler.Job(c, METRICS, plan["generations"], plan["warmup_generations"], index=k,
                                            label=s.upper()) for s in ("a", "b")}
-                    res = scheduler.measure_pair({"a": workers_pool, "b": twin}, pj, rng).results
+                    res = scheduler.measure_pair({"a": pair_a, "b": twin}, pj, rng).results
                     for s in ("a", "b"):
                         _check(pj[s], res[s])
                     pair_walls.append(max(res["a"].wall_s, res["b"].wall_s))
@@ -133,6 +143,8 @@ def main(args: argparse.Namespace) -> int:
     prog.done()
     report = decompose(values, config, workers, float(np.mean(walls)),
                        pairs=pairs if args.pairs else None, pair_wall_s=float(np.mean(pair_walls or [math.nan])))
+    if threads:
+        report["pair_threads"] = threads.as_dict()
     lines = format_report(report)
     if serve_rep is not None:
         report["serving"] = serve_rep

@@ -6,8 +6,9 @@
     confirm_session_budget = "10m" # cap for all cells of one session together (they share one A/B)
     on_unconfirmed = "fail"        # "fail" | "warn": a screened regression nobody could confirm or refute
     confirm_python = ""            # interpreter for A (the baseline's commit) when its library versions differ
-    confirm_threads = "auto"       # "auto": beside a co-tenant both sides run with fewer OpenMP threads
-                                   # (perfsuite.cotenant); "cell": every cell at its own default
+    confirm_threads = "auto"       # "auto": both sides run with fewer OpenMP threads beside a co-tenant, and
+                                   # with one each on a 2-core machine (perfsuite.cotenant); "cell": every cell
+                                   # at its own default
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ FIELDS = {
     "confirm_session_budget": Field("duration", "cap for all cells of one session together"),
     "on_unconfirmed": Field("str", "a screened regression nobody could confirm or refute", choices=ON_UNCONFIRMED),
     "confirm_python": Field("str", "interpreter for A when its library versions differ"),
-    "confirm_threads": Field("str", "OpenMP threads of both sides beside a co-tenant", choices=("auto", "cell")),
+    "confirm_threads": Field("str", "OpenMP threads of both sides (perfsuite.cotenant)", choices=("auto", "cell")),
 }
 assert set(FIELDS) == KEYS
 

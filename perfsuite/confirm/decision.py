@@ -48,7 +48,7 @@ class Finding:
     reason: str = ""  # unconfirmed: the reason and the fix, one line
     commit: str = ""  # the baselines' commit (A)
     elapsed_s: float | None = None
-    threads: int | None = None  # OMP_NUM_THREADS both sides ran with beside a co-tenant (None: the cells' default)
+    threads: int | None = None  # OMP_NUM_THREADS both sides ran with (perfsuite.cotenant; None: the cells' default)
 
 
 @dataclass
@@ -73,11 +73,11 @@ def drift_text(f: Finding) -> str:
         return "this machine's level against the baseline runs is unknown"
     way = "slower" if f.drift > 0 else "faster"
     level = ""
-    if f.a_value is not None and f.baseline_value is not None:
+    if f.threads is not None:  # the A/B's workers ran at other threads than the cell's (perfsuite.cotenant)
+        level = (f" (the A/B ran both sides with OMP_NUM_THREADS={f.threads}, so A's level is estimated at the cell's "
+                 f"own threads as this session's screen of B over the A/B's B/A)")
+    elif f.a_value is not None and f.baseline_value is not None:
         level = f" ({f.metric} of A now {f.a_value:.4g} vs {f.baseline_value:.4g} in the baseline runs)"
-    if f.threads is not None:
-        level += (f"; A ran with OMP_NUM_THREADS={f.threads} beside a co-tenant, so this level is the machine's "
-                  "for that job, not for the cell's default threads")
     return f"this machine runs {abs(f.drift) * 100:.1f}% {way} than when the baselines were recorded{level}"
 
 

@@ -36,6 +36,7 @@ class Target:
     metric: str  # median_tpot_ms ...
     screen: str  # regression | inconclusive
     baseline_value: float | None
+    screen_value: float | None = None  # the screen's own value of B (this session, the cell's default threads)
 
 
 @dataclass
@@ -217,8 +218,13 @@ def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: 
     kind = m.kind if m.kind in ("confirmed", "refuted") else "inconclusive"
     mde = sequential.mde_reached(m.cs, power) if kind == "inconclusive" else math.nan
     a_level = math.exp(trimmed_log_mean(m.a_values)) if m.a_values else None
-    drift = a_level / t.baseline_value - 1 if a_level and t.baseline_value else None
-    return decision.Finding(kind, t.metric, change=math.expm1(m.cs.estimate()) if m.cs.n else None,
+    change = math.expm1(m.cs.estimate()) if m.cs.n else None
+    if threads is None:  # A at the cell's own threads: its level against the baselines is the drift
+        drift = a_level / t.baseline_value - 1 if a_level and t.baseline_value else None
+    else:  # A at other threads: A's level at the cell's default is the screen's B over the A/B's B/A
+        drift = (t.screen_value / (1 + change) / t.baseline_value - 1
+                 if t.screen_value and t.baseline_value and change is not None and change > -1 else None)
+    return decision.Finding(kind, t.metric, change=change,
                             ci_low=math.expm1(lo), ci_high=math.expm1(hi), pairs=m.cs.n,
                             mde=math.expm1(mde) if math.isfinite(mde) else None, drift=drift, a_value=a_level,
                             baseline_value=t.baseline_value, commit=sha, elapsed_s=elapsed, threads=threads)
@@ -270,7 +276,7 @@ def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusi
             if v.exact or not _LAT.match(v.metric):
                 continue
             if v.kind == "regression" or (inconclusive and v.kind == "inconclusive" and v.ratio is not None):
-                out.append(Target(item.nodeid, cell.id, metric, v.metric, v.kind, v.baseline_value))
+                out.append(Target(item.nodeid, cell.id, metric, v.metric, v.kind, v.baseline_value, v.current_value))
     return out
 
 

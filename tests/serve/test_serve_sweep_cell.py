@@ -95,7 +95,8 @@ def test_a_sweep_cell_end_to_end_on_the_stub(monkeypatch, tmp_path):
     assert lines[0].split()[:7] == ["serving", "cell", *table.COLUMNS[:5]]
     assert any("knee" in ln and "req/s" in ln for ln in lines)
     curves = plot.curves([{"benchmarks": benches}])
-    assert any("sweep (knee" in k and len(v) >= 3 for k, v in curves.items())
+    # one curve point per measured rung, the stopping rung included (8 and 16 at the least)
+    assert any("sweep (knee" in k and len(v) == len(sw["points"]) >= 2 for k, v in curves.items())
 
 
 def test_run_table_shows_every_median_and_the_throughputs_of_a_serving_cell():

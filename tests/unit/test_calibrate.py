@@ -69,13 +69,22 @@ def test_negative_pairs_are_refused(tmp_path: Path) -> None:
     assert res.returncode == 2 and "--pairs must be >= 0" in res.stderr, res.stderr
 
 
+def test_a_thread_mode_that_is_no_count_is_refused(tmp_path: Path) -> None:
+    res = _calibrate(make_tree(tmp_path / "t"), "--threads", "two")
+    assert res.returncode == 2 and "'two'" in res.stderr and "a thread count such as 1" in res.stderr, res.stderr
+
+
 @pytest.mark.slow
 def test_calibrate_measures_lockstep_pairs_and_leaves_nothing_behind(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "t", generations=2)
     before = {p.name for p in Path("/tmp").glob("psl-*")}
-    res = _calibrate(tree, "--runs", "2", "--workers", "2", "--pairs", "2", "--json", str(tmp_path / "c.json"))
+    res = _calibrate(tree, "--runs", "2", "--workers", "2", "--pairs", "2", "--threads", "1",
+                     "--json", str(tmp_path / "c.json"))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    cell = next(iter(json.loads((tmp_path / "c.json").read_text())["cells"].values()))
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["pair_threads"]["threads"] == 1  # the pairs predict ab, so they run at ab's thread choice
+    assert "A/A pairs: threads: both sides measured with OMP_NUM_THREADS=1" in res.stdout
+    cell = next(iter(report["cells"].values()))
     for m in ("ttft", "tpot", "e2el"):
         d = cell[m]
         assert d["ab_model"] == "lockstep" and d["lockstep_pairs"] == 4, d

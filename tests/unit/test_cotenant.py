@@ -18,9 +18,28 @@ QUIET = {"A": {}, "B": {}}
 
 
 def test_a_quiet_machine_keeps_every_cells_default() -> None:
-    c = cotenant.decide(sample(0.1), QUIET, cpus=2)
+    c = cotenant.decide(sample(0.1, 8), QUIET, cpus=8)
     assert c.threads is None and c.env == ()
     assert "cell's own default" in c.line
+
+
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_a_quiet_small_machine_gives_each_side_one_thread(cpus: int) -> None:
+    c = cotenant.decide(sample(0.1, cpus), QUIET, cpus=cpus)
+    assert c.threads == 1 and c.env == (("OMP_NUM_THREADS", "1"),)
+    assert f"{cpus}-core machine" in c.line and "0.10 of" in c.line and "spin" in c.line
+    c = cotenant.decide(LoadSample(False, reason="no /proc/stat (not Linux)"), QUIET, cpus=cpus)
+    assert c.threads == 1 and "not Linux" in c.line  # the rule needs no load sample
+    assert cotenant.decide(sample(0.1, 3), QUIET, cpus=3).threads is None  # above SMALL_CPUS: not measured
+
+
+def test_a_thread_count_mode_fixes_both_sides() -> None:
+    c = cotenant.decide(sample(0.0, 8), QUIET, cpus=8, mode="3")
+    assert c.threads == 3 and "thread mode '3'" in c.line
+    assert cotenant.decide(sample(0.0, 8), {"A": {"OMP_NUM_THREADS": "2"}, "B": {}}, cpus=8, mode="3").threads is None
+    for bad in ("0", "-1", "two", ""):
+        with pytest.raises(ValueError, match="a thread count such as 1"):
+            cotenant.parse_mode(bad)
 
 
 def test_a_busy_loop_on_two_cores_leaves_one_thread_to_both_sides() -> None:
@@ -57,7 +76,7 @@ def test_choose_samples_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_cell_mode_and_no_sample_keep_the_default() -> None:
     assert cotenant.decide(sample(1.0), QUIET, cpus=2, mode="cell").threads is None
-    c = cotenant.decide(LoadSample(False, reason="no /proc/stat (not Linux)"), QUIET, cpus=2)
+    c = cotenant.decide(LoadSample(False, reason="no /proc/stat (not Linux)"), QUIET, cpus=8)
     assert c.threads is None and "not Linux" in c.line
     with pytest.raises(ValueError, match=r"'fewer'.*auto, cell"):
         cotenant.decide(sample(1.0), QUIET, cpus=2, mode="fewer")
@@ -66,5 +85,25 @@ def test_cell_mode_and_no_sample_keep_the_default() -> None:
 def test_the_drift_line_says_the_thread_count_changed() -> None:
     f = decision.Finding("refuted", "median_tpot_ms", drift=0.4, a_value=1.4, baseline_value=1.0, threads=1)
     text = decision.drift_text(f)
-    assert "40.0% slower" in text and "OMP_NUM_THREADS=1 beside a co-tenant" in text
+    assert "40.0% slower" in text and "OMP_NUM_THREADS=1" in text and "screen of B over the A/B's B/A" in text
+    assert "1.4 vs 1" not in text  # A's own level was taken at one thread: not shown as the machine's
     assert "OMP_NUM_THREADS" not in decision.drift_text(decision.Finding("refuted", "m", drift=0.4))
+
+
+def test_drift_at_other_threads_comes_from_the_screen_over_the_ab() -> None:
+    """A at one thread is slower than the baseline recorded at two for reasons of its own; what the machine's level
+    is at the cell's threads is this session's screen of B (1.32 against 1.0) over the A/B's B/A (1.1): +20 %."""
+    from types import SimpleNamespace
+
+    from perfsuite.confirm.session import Target, finding
+    from perfsuite.gate import sequential
+
+    cs = sequential.ConfidenceSequence(alpha=0.05)
+    for d in (0.0953,) * 8:
+        cs.update(d)
+    m = SimpleNamespace(cs=cs, kind="refuted", a_values=[1.9, 2.0, 2.1])
+    t = Target("n", "c", "tpot", "median_tpot_ms", "regression", baseline_value=1.0, screen_value=1.32)
+    f = finding(t, m, "abc1234", 100.0, 0.8, threads=1)
+    assert f.change == pytest.approx(0.1, abs=1e-3) and f.drift == pytest.approx(1.32 / 1.1 - 1, abs=1e-3)
+    f0 = finding(t, m, "abc1234", 100.0, 0.8, threads=None)
+    assert f0.drift == pytest.approx(2.0 - 1, abs=1e-2)  # at the cell's threads A's own level is the drift
