@@ -137,6 +137,8 @@ def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project, 
     (pytest-benchmark's save used to crash with `min() arg is an empty sequence`). SIGTERM to pytest alone (a
     cancelled CI job, ``timeout``) takes the same path: no worker and no worker folder outlives it."""
     p = project(n=16, g=30, w=6)
+    with (p.path / "pyproject.toml").open("a") as fh:  # the interrupt is under test, not the load check: a busy
+        fh.write('\n[tool.perfsuite.preflight]\non_busy = "mark"\n')  # machine records (marked) until interrupted
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
