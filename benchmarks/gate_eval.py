@@ -11,6 +11,7 @@ interleaved order, so slow drift of the machine spreads over every condition. Ra
   python benchmarks/gate_eval.py trials OUT --plan "ab:spin05:2m:20,ab:A2:2m:20,pytest:A2:30,pytest:nograd:30"
   python benchmarks/gate_eval.py report OUT                   # tables (also OUT/report.md)
   python benchmarks/gate_eval.py reeval OUT min_run_cv=0.05   # the kept pytest runs under other gate settings
+  python benchmarks/gate_eval.py dispersion OUT [OUT ...]     # do the pairs of an A/A trial share an offset?
 
 Plan items: ``ab:<tree>:<budget>:<trials>[:seq]`` (A vs <tree>; ``seq``: ``--pairs sequential``, else lockstep) and ``pytest:<tree>:<trials>`` (``--benchmark-compare``
 inside <tree>, with pytest-benchmark's ``--benchmark-compare-fail=median:5%`` beside it). ``trials`` is resumable:
@@ -524,6 +525,49 @@ def _replay_section(recs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _aa_dispersion(recs: list[dict[str, Any]]) -> list[tuple[float, int, float, bool]]:
+    """Per lockstep A/A ab trial with >= 10 pairs: (z, pairs, trimmed-mean log(B/A), co-tenant), z = the 10 %
+    trimmed mean of the per-pair TPOT log-ratios over its Yuen standard error. Pairs that are independent draws
+    around 0 give z ~ N(0, 1) across trials; a per-run offset shared by all pairs of a trial inflates var(z)."""
+    import numpy as np
+    from scipy import stats as sst
+
+    out = []
+    for r in recs:
+        d = r.get("tpot_d") or []
+        if r["kind"] != "ab" or r["tree"] != "A2" or len(d) < 10:
+            continue
+        x = [float(v) for v in sst.mstats.winsorize(np.asarray(d, dtype=float), (0.1, 0.1))]
+        se = statistics.stdev(x) / (0.8 * math.sqrt(len(d)))
+        tm = float(sst.trim_mean(d, 0.1))
+        out.append((tm / se if se > 0 else 0.0, len(d), tm, bool(r.get("cotenant"))))
+    return out
+
+
+def _dispersion_lines(zs: list[tuple[float, int, float, bool]], title: str) -> list[str]:
+    from scipy import stats as sst
+
+    if len(zs) < 2:
+        return []
+    z = [t[0] for t in zs]
+    chi2 = sum(v * v for v in z)
+    beyond = sum(abs(v) > 1.96 for v in z)
+    return ["", f"## {title}", "",
+            f"{len(z)} lockstep A/A trials (>= 10 pairs). z = trimmed mean of TPOT log(B/A) per pair / its Yuen SE: "
+            f"var(z) = {statistics.variance(z):.2f} (independent pairs: 1), sum z^2 = {chi2:.1f} on {len(z)} df, "
+            f"p = {sst.chi2.sf(chi2, len(z)):.2g}; |z| > 1.96 in {_rate(beyond, len(z))} (expected 5 %).", "",
+            "| z | pairs | trimmed mean log(B/A) | co-tenant |", "|---|---|---|---|",
+            *(f"| {v:+.2f} | {n} | {m:+.2%} | {'yes' if c else 'no'} |" for v, n, m, c in zs)]
+
+
+def cmd_dispersion(outs: list[Path]) -> None:
+    """The A/A overdispersion test pooled over campaigns (each OUT's trials.jsonl)."""
+    zs = []
+    for out in outs:
+        zs += _aa_dispersion([json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()])
+    print("\n".join(_dispersion_lines(zs, f"A/A overdispersion, pooled over {len(outs)} campaign(s)")))
+
+
 def cmd_report(out: Path) -> None:
     recs = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     true = json.loads((out / "true_size.json").read_text()) if (out / "true_size.json").exists() else {}
@@ -561,6 +605,7 @@ def cmd_report(out: Path) -> None:
     lines += _replay_section(recs)
     lines += _conditions_section(recs)
     lines += _drift_section(recs)
+    lines += _dispersion_lines(_aa_dispersion(recs), "A/A overdispersion: do a trial's pairs share an offset?")
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
     print(text)
@@ -584,6 +629,8 @@ def main() -> None:
     p.add_argument("--cotenant", type=float, default=0.0, help="share of trials run beside a busy co-tenant process")
     p = sub.add_parser("report")
     p.add_argument("out", type=Path)
+    p = sub.add_parser("dispersion")
+    p.add_argument("outs", type=Path, nargs="+")
     p = sub.add_parser("reeval")
     p.add_argument("out", type=Path)
     p.add_argument("settings", nargs="*", help="gate settings, e.g. min_run_cv=0.05")
@@ -596,6 +643,8 @@ def main() -> None:
         cmd_trials(a.out, a.plan, a.seed, a.cotenant)
     elif a.cmd == "reeval":
         cmd_reeval(a.out, a.settings)
+    elif a.cmd == "dispersion":
+        cmd_dispersion(a.outs)
     else:
         cmd_report(a.out)
 

@@ -1,0 +1,88 @@
+"""Is a worker's speed a property of the zygote it was forked from?
+
+Every worker of one side of a ``perfsuite ab`` (and of one pytest session) is a fork of that side's one zygote, so
+all of them share its address-space layout (ASLR draws it once per zygote). If layout moves TPOT, two zygotes of the
+*same* tree differ by a fixed amount for the whole run, and an A/A comparison reads that as a difference that more
+pairs only make more significant.
+
+This starts ``--zygotes`` pools of this tree and measures ``--workers`` processes from each, interleaved in rounds
+(one worker per zygote per round, the order a coin flip), one at a time. It reports a one-way ANOVA of log TPOT on
+the zygote, the spread between zygotes against the spread within them, and a permutation p-value.
+
+  python benchmarks/zygote_effect.py --zygotes 6 --workers 8 --json zyg.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--zygotes", type=int, default=6)
+    p.add_argument("--workers", type=int, default=8, help="processes per zygote")
+    p.add_argument("--backend", default="torch")
+    p.add_argument("--threads", default=None, help="OMP_NUM_THREADS of every worker (default: the cell's own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, required=True)
+    args = p.parse_args()
+
+    from perfsuite import scheduler
+    from perfsuite.worker import pool
+    from perfsuite.worker.job import METRICS, cell_from_dict
+
+    side = pool.this_side()
+    if args.threads:
+        side = pool.Side(side.tree, side.python, side.label, (("OMP_NUM_THREADS", str(args.threads)),))
+    plan = pool.plan(side, {"profile": "smoke", "backend": args.backend, "model": None, "device": "cpu",
+                            "cells": "*"})
+    cell = cell_from_dict(plan["cells"][0])
+    preload = pool.preload_modules({cell.backend})
+    rng = random.Random(args.seed)
+    pools = [pool.Pool(side, preload=preload) for _ in range(args.zygotes)]
+    tpot: list[list[float]] = [[] for _ in pools]
+    t0 = time.monotonic()
+    try:
+        for r in range(args.workers):
+            order = list(range(len(pools)))
+            rng.shuffle(order)
+            for z in order:
+                job = scheduler.Job(cell, METRICS, plan["generations"], plan["warmup_generations"], index=r)
+                res = scheduler.measure(pools[z], job)
+                if res.skip or res.error:
+                    raise SystemExit(f"worker failed: {res.skip or res.error}")
+                tpot[z].append(float(np.median(res.metrics["tpot"].samples["tpot_ms"])))
+            print(f"round {r + 1}/{args.workers} done ({time.monotonic() - t0:.0f} s)", flush=True)
+    finally:
+        for pl in pools:
+            pl.close()
+    logs = [np.log(v) for v in tpot]
+    f, p_anova = stats.f_oneway(*logs)
+    within = math.sqrt(np.mean([np.var(x, ddof=1) for x in logs]))
+    means = np.array([x.mean() for x in logs])
+    # between-zygote SD of the true means: the spread of the means beyond what the within spread explains
+    between = math.sqrt(max(0.0, float(np.var(means, ddof=1)) - within ** 2 / args.workers))
+    perm = stats.permutation_test(logs, lambda *g: stats.f_oneway(*g).statistic, permutation_type="independent",
+                                  n_resamples=2000, alternative="greater", random_state=args.seed)
+    out = {"cell": cell.id, "zygotes": args.zygotes, "workers": args.workers, "threads": args.threads,
+           "tpot_ms": tpot, "zygote_means_ms": [float(math.exp(m)) for m in means], "anova_F": float(f),
+           "anova_p": float(p_anova), "permutation_p": float(perm.pvalue), "sd_within_log": within,
+           "sd_between_log": between, "range_of_means_pct": float(math.expm1(means.max() - means.min()) * 100),
+           "finished": time.time()}
+    args.json.write_text(json.dumps(out, indent=1))
+    print(f"{cell.id}: {args.zygotes} zygotes x {args.workers} workers; zygote means "
+          f"{', '.join(f'{m:.4f}' for m in out['zygote_means_ms'])} ms (range {out['range_of_means_pct']:.2f} %); "
+          f"SD within a zygote {within * 100:.2f} %, between zygotes {between * 100:.2f} %; ANOVA F={f:.2f} "
+          f"p={p_anova:.3g}, permutation p={perm.pvalue:.3g}")
+
+
+if __name__ == "__main__":
+    main()
