@@ -526,8 +526,8 @@ def _replay_section(recs: list[dict[str, Any]]) -> list[str]:
 
 
 def _aa_dispersion(recs: list[dict[str, Any]]) -> list[tuple[float, int, float, bool]]:
-    """Per lockstep A/A ab trial with >= 10 pairs: (z, pairs, trimmed-mean log(B/A), co-tenant), z = the 10 %
-    trimmed mean of the per-pair TPOT log-ratios over its Yuen standard error. Pairs that are independent draws
+    """Per lockstep A/A ab trial with >= 10 pairs: (z, pairs, trimmed-mean log(B/A), co-tenant), z = Yuen's t of the
+    10 % trimmed mean of the per-pair TPOT log-ratios, as the normal quantile of its t distribution. Pairs that are independent draws
     around 0 give z ~ N(0, 1) across trials; a per-run offset shared by all pairs of a trial inflates var(z)."""
     import numpy as np
     from scipy import stats as sst
@@ -540,7 +540,9 @@ def _aa_dispersion(recs: list[dict[str, Any]]) -> list[tuple[float, int, float, 
         x = [float(v) for v in sst.mstats.winsorize(np.asarray(d, dtype=float), (0.1, 0.1))]
         se = statistics.stdev(x) / (0.8 * math.sqrt(len(d)))
         tm = float(sst.trim_mean(d, 0.1))
-        out.append((tm / se if se > 0 else 0.0, len(d), tm, bool(r.get("cotenant"))))
+        h = len(d) - 2 * int(0.1 * len(d))  # Yuen's t has h - 1 degrees of freedom: as a normal quantile
+        z = float(sst.norm.ppf(sst.t.cdf(tm / se, h - 1))) if se > 0 else 0.0
+        out.append((z, len(d), tm, bool(r.get("cotenant"))))
     return out
 
 
@@ -553,7 +555,7 @@ def _dispersion_lines(zs: list[tuple[float, int, float, bool]], title: str) -> l
     chi2 = sum(v * v for v in z)
     beyond = sum(abs(v) > 1.96 for v in z)
     return ["", f"## {title}", "",
-            f"{len(z)} lockstep A/A trials (>= 10 pairs). z = trimmed mean of TPOT log(B/A) per pair / its Yuen SE: "
+            f"{len(z)} lockstep A/A trials (>= 10 pairs). z = Yuen's t of TPOT log(B/A) per pair, as a normal quantile: "
             f"var(z) = {statistics.variance(z):.2f} (independent pairs: 1), sum z^2 = {chi2:.1f} on {len(z)} df, "
             f"p = {sst.chi2.sf(chi2, len(z)):.2g}; |z| > 1.96 in {_rate(beyond, len(z))} (expected 5 %).", "",
             "| z | pairs | trimmed mean log(B/A) | co-tenant |", "|---|---|---|---|",
@@ -612,6 +614,10 @@ def cmd_report(out: Path) -> None:
 
 
 def main() -> None:
+    # Started with `&` from a script (`nohup ... &`), a process inherits SIGINT *ignored*, and so do its children:
+    # `kill -INT -- -PGID` then stopped nothing (2026-12-04). Ctrl-C semantics back, for this process and its trials.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("trees")

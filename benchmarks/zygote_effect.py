@@ -10,6 +10,7 @@ This starts ``--zygotes`` pools of this tree and measures ``--workers`` processe
 the zygote, the spread between zygotes against the spread within them, and a permutation p-value.
 
   python benchmarks/zygote_effect.py --zygotes 6 --workers 8 --json zyg.json
+  python benchmarks/zygote_effect.py --blocks 10 --pairs 15 --threads 1 --json blocks.json   # as ab's pairs
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8, help="processes per zygote")
     p.add_argument("--backend", default="torch")
     p.add_argument("--threads", default=None, help="OMP_NUM_THREADS of every worker (default: the cell's own)")
+    p.add_argument("--blocks", type=int, default=0, help="instead: this many blocks of lockstep A/A pairs, each "
+                   "block between two fresh zygotes of this tree (as one perfsuite ab run)")
+    p.add_argument("--pairs", type=int, default=15, help="lockstep pairs per block")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, required=True)
     args = p.parse_args()
@@ -47,6 +51,8 @@ def main() -> None:
     cell = cell_from_dict(plan["cells"][0])
     preload = pool.preload_modules({cell.backend})
     rng = random.Random(args.seed)
+    if args.blocks:
+        return blocks(args, side, cell, plan, preload, rng)
     pools = [pool.Pool(side, preload=preload) for _ in range(args.zygotes)]
     tpot: list[list[float]] = [[] for _ in pools]
     t0 = time.monotonic()
@@ -82,6 +88,48 @@ def main() -> None:
           f"{', '.join(f'{m:.4f}' for m in out['zygote_means_ms'])} ms (range {out['range_of_means_pct']:.2f} %); "
           f"SD within a zygote {within * 100:.2f} %, between zygotes {between * 100:.2f} %; ANOVA F={f:.2f} "
           f"p={p_anova:.3g}, permutation p={perm.pvalue:.3g}")
+
+
+def blocks(args: argparse.Namespace, side: object, cell: object, plan: dict, preload: tuple[str, ...],
+           rng: random.Random) -> None:
+    """Lockstep A/A pairs in blocks; every block has two fresh zygotes. Pairs that are independent draws around 0
+    make the block means' z (trimmed mean over its Yuen SE) ~ N(0, 1); a per-block offset inflates var(z)."""
+    from perfsuite import scheduler
+    from perfsuite.worker import pool
+    from perfsuite.worker.job import METRICS
+
+    d_blocks: list[list[float]] = []
+    t0 = time.monotonic()
+    for b in range(args.blocks):
+        with pool.Pool(side, preload=preload) as pa, pool.Pool(side, preload=preload) as pb:
+            d = []
+            for k in range(args.pairs):
+                jobs = {s: scheduler.Job(cell, METRICS, plan["generations"], plan["warmup_generations"], index=k,
+                                         label=s.upper()) for s in ("a", "b")}
+                res = scheduler.measure_pair({"a": pa, "b": pb}, jobs, rng).results
+                med = {s: float(np.median(res[s].metrics["tpot"].samples["tpot_ms"])) for s in ("a", "b")}
+                d.append(math.log(med["b"] / med["a"]))
+        d_blocks.append(d)
+        print(f"block {b + 1}/{args.blocks}: mean log(B/A) {np.mean(d):+.4f} ({time.monotonic() - t0:.0f} s)",
+              flush=True)
+    zs, means = [], []
+    for d in d_blocks:
+        x = stats.mstats.winsorize(np.asarray(d), (0.1, 0.1))
+        se = float(np.std(x, ddof=1)) / (0.8 * math.sqrt(len(d)))
+        tm = float(stats.trim_mean(d, 0.1))
+        means.append(tm)
+        zs.append(tm / se if se > 0 else 0.0)
+    chi2 = float(np.sum(np.square(zs)))
+    within = float(np.median([np.std(d, ddof=1) for d in d_blocks]))
+    out = {"cell": getattr(cell, "id", ""), "blocks": args.blocks, "pairs": args.pairs, "threads": args.threads,
+           "d": d_blocks, "z": zs, "block_means": means, "var_z": float(np.var(zs, ddof=1)), "chi2": chi2,
+           "chi2_p": float(stats.chi2.sf(chi2, len(zs))), "sd_pair_median": within,
+           "sd_block_means": float(np.std(means, ddof=1)), "finished": time.time()}
+    args.json.write_text(json.dumps(out, indent=1))
+    print(f"{args.blocks} blocks x {args.pairs} lockstep A/A pairs, fresh zygotes per block: block means "
+          f"{', '.join(f'{m * 100:+.2f}%' for m in means)}; SD of block means {out['sd_block_means'] * 100:.2f} % "
+          f"(pairs alone predict ~{within / math.sqrt(args.pairs) * 100:.2f} %); var(z) {out['var_z']:.2f}, "
+          f"sum z^2 {chi2:.1f} on {len(zs)} df, p = {out['chi2_p']:.2g}")
 
 
 if __name__ == "__main__":

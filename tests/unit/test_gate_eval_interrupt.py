@@ -48,3 +48,18 @@ def test_an_interrupted_campaign_lets_its_trial_clean_up(tmp_path: Path) -> None
     out, _ = outer.communicate(timeout=60)
     assert "KeyboardInterrupt" in out  # the campaign itself still stops
     assert (tmp_path / "cleaned").exists(), "the trial was killed before its cleanup ran"
+
+
+def test_a_campaign_started_in_the_background_still_stops_on_sigint(tmp_path: Path) -> None:
+    """`nohup python gate_eval.py trials ... &` from a script: the shell starts it with SIGINT ignored. main() gives
+    SIGINT back its KeyboardInterrupt, so `kill -INT -- -PGID` stops the campaign (it ran on regardless before)."""
+    code = (f"import importlib.util, sys, time; sys.argv = ['gate_eval', 'report', {str(tmp_path)!r}]; "
+            f"spec = importlib.util.spec_from_file_location('gate_eval', {str(SCRIPT)!r}); "
+            "mod = importlib.util.module_from_spec(spec); sys.modules['gate_eval'] = mod; spec.loader.exec_module(mod); "
+            "mod.cmd_report = lambda out: (print('ready', flush=True), time.sleep(60)); mod.main()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    os.killpg(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=30)[0]
+    assert proc.returncode != 0 and "KeyboardInterrupt" in out
