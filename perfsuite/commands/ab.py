@@ -119,11 +119,12 @@ def main(args: argparse.Namespace) -> int:
 
     envs = {s: _env(getattr(args, f"{s}_env"), s) for s in ("a", "b")}
     threads = cotenant.choose({s.upper(): dict(env) for s, env in envs.items()}, args.threads)
+    seed_env = cotenant.hash_seed_env({s.upper(): dict(env) for s, env in envs.items()}, random.Random(args.seed))
     sides = {}
     for s in ("a", "b"):
         tree = _tree(getattr(args, f"{s}_tree"), s)
         python = getattr(args, f"{s}_python") or sys.executable
-        sides[s] = pool.Side(tree, python, s.upper(), threads.env + envs[s])
+        sides[s] = pool.Side(tree, python, s.upper(), threads.env + seed_env + envs[s])
         try:
             precheck.check_thread_env(sides[s].environ())
         except precheck.PreflightError as exc:
@@ -157,6 +158,9 @@ def main(args: argparse.Namespace) -> int:
           f"metric(s), alpha {config.alpha:g} (Bonferroni), regression beyond {config.ab_threshold:.1%}, "
           f"unchanged inside ±{config.ab_margin:.1%}, budget {budget:.0f} s", flush=True)
     print(f"perfsuite ab: {threads.line}", flush=True)
+    print(f"perfsuite ab: PYTHONHASHSEED={dict(seed_env)['PYTHONHASHSEED']} for both sides' zygotes (one hash seed, so "
+          "the two sides' workers differ by their code, not by their zygotes' draws)" if seed_env else
+          "perfsuite ab: PYTHONHASHSEED is set by the caller; left as given", flush=True)
     lockstep, pairing = abloop.pairing(args.pairs, facts)
     print(f"perfsuite ab: {pairing}", flush=True)
 
@@ -197,7 +201,7 @@ def main(args: argparse.Namespace) -> int:
     result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
-              "threads": threads.as_dict(), "pairs_mode": "lockstep" if lockstep else "sequential",
+              "threads": threads.as_dict(), "hash_seed": dict(seed_env).get("PYTHONHASHSEED"), "pairs_mode": "lockstep" if lockstep else "sequential",
               "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
               "budget_s": budget, "setup_s": setup_s, "pair_walls_s": list(run.pair_walls),
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",

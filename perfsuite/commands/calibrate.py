@@ -108,7 +108,8 @@ def main(args: argparse.Namespace) -> int:
     prog = Progress(min_interval_s=10.0)
     preload = pool.preload_modules({c.backend for c in cells})
     threads = cotenant.choose({"A": {}, "B": {}}, args.threads) if args.pairs else None
-    pair_side = dataclasses.replace(side, env=threads.env + side.env) if threads else side
+    pair_side = (dataclasses.replace(side, env=threads.env + cotenant.hash_seed_env({}, rng) + side.env)
+                 if threads else side)  # the pairs' zygotes as ab's: its threads and one hash seed for both
     if threads:
         print(f"perfsuite calibrate: A/A pairs: {threads.line}", flush=True)
     with pool.Pool(side, preload=preload) as workers_pool, pool.Pool(pair_side, preload=preload) as pair_a, \

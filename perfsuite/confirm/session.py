@@ -140,8 +140,9 @@ class Confirmation:
         say(f"perfsuite confirm: {threads.line}")
         self.threads = threads
         with temporary_worktree(top, sha) as wt:
-            sides = {"a": pool.Side(wt / rel, python or sys.executable, "A", threads.env),
-                     "b": pool.Side(src, sys.executable, "B", threads.env)}
+            shared = threads.env + cotenant.hash_seed_env({}, random.Random())  # one hash seed for both zygotes
+            sides = {"a": pool.Side(wt / rel, python or sys.executable, "A", shared),
+                     "b": pool.Side(src, sys.executable, "B", shared)}
             by_id = {c.id: c for c in ps.settings.cells()}
             args = {"profile": ps.settings.profile.name, "device": ps.settings.device,
                     "backend": ",".join(sorted({by_id[c].backend for c in cells})),

@@ -21,14 +21,21 @@ DECODE = "    def decode(self, state: _State) -> StepResult:\n"
 def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
     a = make_tree(tmp_path / "a")
     b = make_tree(tmp_path / "b")
-    backend = b / "perfsuite" / "backends" / "torch_backend.py"
-    src = backend.read_text()
-    assert DECODE in src
-    backend.write_text(src.replace(DECODE, DECODE + "        __import__('time').sleep(0.02)\n"))
+    for tree, extra in ((a, ""), (b, "        __import__('time').sleep(0.02)\n")):
+        backend = tree / "perfsuite" / "backends" / "torch_backend.py"
+        src = backend.read_text()
+        assert DECODE in src
+        seen = tmp_path / f"hash-seeds-{tree.name}"  # each worker notes the hash seed its zygote started with
+        note = (f"        open({str(seen)!r}, 'a').write(__import__('os').environ.get('PYTHONHASHSEED', '-') + "
+                "'\\n')\n")
+        backend.write_text(src.replace(DECODE, DECODE + note + extra))
     out = tmp_path / "ab.json"
     rc = cli(["ab", "--a", str(a), "--b", str(b), "--budget", "4m", "--json", str(out)])
     data = json.loads(out.read_text())
     assert rc == 1 and data["stopped"] == "regression"
+    # one hash seed for both sides' zygotes, drawn for this run (perfsuite.cotenant.hash_seed_env)
+    assert data["hash_seed"] and set((tmp_path / "hash-seeds-a").read_text().split()) == {data["hash_seed"]}
+    assert set((tmp_path / "hash-seeds-b").read_text().split()) == {data["hash_seed"]}
     tpot = next(v for v in data["verdicts"] if v["metric"] == "median_tpot_ms")
     assert tpot["kind"] == "regression" and tpot["ratio"] > 1
     assert data["pairs"]

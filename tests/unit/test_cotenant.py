@@ -107,3 +107,16 @@ def test_drift_at_other_threads_comes_from_the_screen_over_the_ab() -> None:
     assert f.change == pytest.approx(0.1, abs=1e-3) and f.drift == pytest.approx(1.32 / 1.1 - 1, abs=1e-3)
     f0 = finding(t, m, "abc1234", 100.0, 0.8, threads=None)
     assert f0.drift == pytest.approx(2.0 - 1, abs=1e-2)  # at the cell's threads A's own level is the drift
+
+
+def test_both_sides_get_one_hash_seed_unless_one_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    env = cotenant.hash_seed_env(QUIET, random.Random(1))
+    assert [k for k, _ in env] == ["PYTHONHASHSEED"] and 1 <= int(dict(env)["PYTHONHASHSEED"]) < 2**32
+    assert env == cotenant.hash_seed_env(QUIET, random.Random(1))  # seeded: a rerun of ab --seed gets the same
+    assert env != cotenant.hash_seed_env(QUIET, random.Random(2))  # drawn per run
+    assert cotenant.hash_seed_env({"A": {"PYTHONHASHSEED": "7"}, "B": {}}, random.Random(1)) == ()
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    assert cotenant.hash_seed_env(QUIET, random.Random(1)) == ()  # the caller's own choice is left alone
