@@ -35,6 +35,7 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=0, help="instead: this many blocks of lockstep A/A pairs, each "
                    "block between two fresh zygotes of this tree (as one perfsuite ab run)")
     p.add_argument("--pairs", type=int, default=15, help="lockstep pairs per block")
+    p.add_argument("--hashseed", default=None, help="PYTHONHASHSEED of every zygote (default: Python's random one)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, required=True)
     args = p.parse_args()
@@ -44,8 +45,9 @@ def main() -> None:
     from perfsuite.worker.job import METRICS, cell_from_dict
 
     side = pool.this_side()
-    if args.threads:
-        side = pool.Side(side.tree, side.python, side.label, (("OMP_NUM_THREADS", str(args.threads)),))
+    env = ((("OMP_NUM_THREADS", str(args.threads)),) if args.threads else ()) + \
+        ((("PYTHONHASHSEED", str(args.hashseed)),) if args.hashseed is not None else ())
+    side = pool.Side(side.tree, side.python, side.label, env)
     plan = pool.plan(side, {"profile": "smoke", "backend": args.backend, "model": None, "device": "cpu",
                             "cells": "*"})
     cell = cell_from_dict(plan["cells"][0])
@@ -112,24 +114,32 @@ def blocks(args: argparse.Namespace, side: object, cell: object, plan: dict, pre
         d_blocks.append(d)
         print(f"block {b + 1}/{args.blocks}: mean log(B/A) {np.mean(d):+.4f} ({time.monotonic() - t0:.0f} s)",
               flush=True)
-    zs, means = [], []
-    for d in d_blocks:
+    zs, means, ses = [], [], []
+    for d in d_blocks:  # Yuen: 10 % trimmed mean, winsorized SE, t with h - 1 df, as a normal quantile
         x = stats.mstats.winsorize(np.asarray(d), (0.1, 0.1))
         se = float(np.std(x, ddof=1)) / (0.8 * math.sqrt(len(d)))
         tm = float(stats.trim_mean(d, 0.1))
+        h = len(d) - 2 * int(0.1 * len(d))
         means.append(tm)
-        zs.append(tm / se if se > 0 else 0.0)
+        ses.append(se)
+        zs.append(float(stats.norm.ppf(stats.t.cdf(tm / se, h - 1))) if se > 0 else 0.0)
     chi2 = float(np.sum(np.square(zs)))
     within = float(np.median([np.std(d, ddof=1) for d in d_blocks]))
+    kw = stats.kruskal(*[np.asarray(d) for d in d_blocks])
+    tms = np.asarray(means)
     out = {"cell": getattr(cell, "id", ""), "blocks": args.blocks, "pairs": args.pairs, "threads": args.threads,
+           "hashseed": args.hashseed, "kruskal_p": float(kw.pvalue), "sd_trimmed_means": float(np.std(tms, ddof=1)),
            "d": d_blocks, "z": zs, "block_means": means, "var_z": float(np.var(zs, ddof=1)), "chi2": chi2,
            "chi2_p": float(stats.chi2.sf(chi2, len(zs))), "sd_pair_median": within,
            "sd_block_means": float(np.std(means, ddof=1)), "finished": time.time()}
     args.json.write_text(json.dumps(out, indent=1))
-    print(f"{args.blocks} blocks x {args.pairs} lockstep A/A pairs, fresh zygotes per block: block means "
-          f"{', '.join(f'{m * 100:+.2f}%' for m in means)}; SD of block means {out['sd_block_means'] * 100:.2f} % "
-          f"(pairs alone predict ~{within / math.sqrt(args.pairs) * 100:.2f} %); var(z) {out['var_z']:.2f}, "
-          f"sum z^2 {chi2:.1f} on {len(zs)} df, p = {out['chi2_p']:.2g}")
+    out["rms_se"] = rms = math.sqrt(float(np.mean(np.square(ses))))
+    args.json.write_text(json.dumps(out, indent=1))
+    print(f"{args.blocks} blocks x {args.pairs} lockstep A/A pairs, fresh zygotes per block (PYTHONHASHSEED "
+          f"{args.hashseed or 'random'}): trimmed block means {', '.join(f'{m * 100:+.2f}%' for m in means)}; their SD "
+          f"{out['sd_trimmed_means'] * 100:.2f} % against {rms * 100:.2f} % from the pairs' own spread (RMS Yuen SE); "
+          f"Kruskal-Wallis p = {kw.pvalue:.2g}; var(z) {out['var_z']:.2f}, sum z^2 {chi2:.1f} on {len(zs)} df, "
+          f"p = {out['chi2_p']:.2g}")
 
 
 if __name__ == "__main__":
