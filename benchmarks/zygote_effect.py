@@ -36,6 +36,9 @@ def main() -> None:
                    "block between two fresh zygotes of this tree (as one perfsuite ab run)")
     p.add_argument("--pairs", type=int, default=15, help="lockstep pairs per block")
     p.add_argument("--hashseed", default=None, help="PYTHONHASHSEED of every zygote (default: Python's random one)")
+    p.add_argument("--fixed-layout", action="store_true", help="zygotes without ASLR (perfsuite.worker.layout)")
+    p.add_argument("--shared", action="store_true", help="blocks: one zygote for both sides of every pair "
+                   "(perfsuite.worker.pool.pair_pools, as ab's default), fresh per block")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, required=True)
     args = p.parse_args()
@@ -47,7 +50,7 @@ def main() -> None:
     side = pool.this_side()
     env = ((("OMP_NUM_THREADS", str(args.threads)),) if args.threads else ()) + \
         ((("PYTHONHASHSEED", str(args.hashseed)),) if args.hashseed is not None else ())
-    side = pool.Side(side.tree, side.python, side.label, env)
+    side = pool.Side(side.tree, side.python, side.label, env, fixed_layout=args.fixed_layout)
     plan = pool.plan(side, {"profile": "smoke", "backend": args.backend, "model": None, "device": "cpu",
                             "cells": "*"})
     cell = cell_from_dict(plan["cells"][0])
@@ -103,7 +106,8 @@ def blocks(args: argparse.Namespace, side: object, cell: object, plan: dict, pre
     d_blocks: list[list[float]] = []
     t0 = time.monotonic()
     for b in range(args.blocks):
-        with pool.Pool(side, preload=preload) as pa, pool.Pool(side, preload=preload) as pb:
+        pools, _ = pool.pair_pools({"a": side, "b": side}, {}, preload, "shared" if args.shared else "per-side")
+        with pools["a"] as pa, pools["b"] as pb:
             d = []
             for k in range(args.pairs):
                 jobs = {s: scheduler.Job(cell, METRICS, plan["generations"], plan["warmup_generations"], index=k,
@@ -128,7 +132,7 @@ def blocks(args: argparse.Namespace, side: object, cell: object, plan: dict, pre
     kw = stats.kruskal(*[np.asarray(d) for d in d_blocks])
     tms = np.asarray(means)
     out = {"cell": getattr(cell, "id", ""), "blocks": args.blocks, "pairs": args.pairs, "threads": args.threads,
-           "hashseed": args.hashseed, "kruskal_p": float(kw.pvalue), "sd_trimmed_means": float(np.std(tms, ddof=1)),
+           "hashseed": args.hashseed, "fixed_layout": args.fixed_layout, "shared": args.shared, "kruskal_p": float(kw.pvalue), "sd_trimmed_means": float(np.std(tms, ddof=1)),
            "d": d_blocks, "z": zs, "block_means": means, "var_z": float(np.var(zs, ddof=1)), "chi2": chi2,
            "chi2_p": float(stats.chi2.sf(chi2, len(zs))), "sd_pair_median": within,
            "sd_block_means": float(np.std(means, ddof=1)), "finished": time.time()}
@@ -136,7 +140,7 @@ def blocks(args: argparse.Namespace, side: object, cell: object, plan: dict, pre
     out["rms_se"] = rms = math.sqrt(float(np.mean(np.square(ses))))
     args.json.write_text(json.dumps(out, indent=1))
     print(f"{args.blocks} blocks x {args.pairs} lockstep A/A pairs, fresh zygotes per block (PYTHONHASHSEED "
-          f"{args.hashseed or 'random'}): trimmed block means {', '.join(f'{m * 100:+.2f}%' for m in means)}; their SD "
+          f"{args.hashseed or 'random'}, layout {'fixed' if args.fixed_layout else 'ASLR'}, {'one shared zygote' if args.shared else 'a zygote per side'}): trimmed block means {', '.join(f'{m * 100:+.2f}%' for m in means)}; their SD "
           f"{out['sd_trimmed_means'] * 100:.2f} % against {rms * 100:.2f} % from the pairs' own spread (RMS Yuen SE); "
           f"Kruskal-Wallis p = {kw.pvalue:.2g}; var(z) {out['var_z']:.2f}, sum z^2 {chi2:.1f} on {len(zs)} df, "
           f"p = {out['chi2_p']:.2g}")

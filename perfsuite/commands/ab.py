@@ -46,6 +46,10 @@ def register(sub: Any) -> None:
                    help="auto (default): both sides' workers run with OMP_NUM_THREADS = the free cores when another "
                    "process holds cores, and with 1 on a machine of 2 cores (perfsuite.cotenant); cell: every cell at "
                    "its own default; N: both sides at N threads")
+    p.add_argument("--zygote", choices=("shared", "per-side"), default="shared",
+                   help="shared (default): every forked worker of both sides is a child of one pre-imported "
+                   "interpreter (when both sides run one interpreter with one environment), so the sides differ by "
+                   "their code only; per-side: one zygote per side, as before 2026-12-04 (perfsuite.worker.zygote)")
     p.add_argument("--pairs", choices=("lockstep", "sequential"), default="lockstep",
                    help="lockstep (default): a pair's two workers alive together, taking turns generation by "
                    "generation, so drift lands on both sides (needs both trees to support it, else sequential); "
@@ -150,8 +154,8 @@ def main(args: argparse.Namespace) -> int:
     out_dir = args.out
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-    pools = {s: pool.Pool(side, (out_dir / f"workers-{s}") if out_dir else None,
-                          preload=pool.preload_modules({c["backend"] for c in cells})) for s, side in sides.items()}
+    pools, zygote_line = pool.pair_pools(sides, {s: (out_dir / f"workers-{s}") if out_dir else None for s in sides},
+                                         pool.preload_modules({c["backend"] for c in cells}), args.zygote)
     rng = random.Random(args.seed)
     progress = Progress(min_interval_s=10.0)
     print(f"perfsuite ab: A = {sides['a'].tree}, B = {sides['b'].tree}; {len(cells)} cell(s), {len(members)} gated "
@@ -161,6 +165,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"perfsuite ab: PYTHONHASHSEED={dict(seed_env)['PYTHONHASHSEED']} for both sides' zygotes (one hash seed, so "
           "the two sides' workers differ by their code, not by their zygotes' draws)" if seed_env else
           "perfsuite ab: PYTHONHASHSEED is set by the caller; left as given", flush=True)
+    print(f"perfsuite ab: {zygote_line}", flush=True)
     lockstep, pairing = abloop.pairing(args.pairs, facts)
     print(f"perfsuite ab: {pairing}", flush=True)
 
@@ -201,7 +206,8 @@ def main(args: argparse.Namespace) -> int:
     result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
-              "threads": threads.as_dict(), "hash_seed": dict(seed_env).get("PYTHONHASHSEED"), "pairs_mode": "lockstep" if lockstep else "sequential",
+              "threads": threads.as_dict(), "hash_seed": dict(seed_env).get("PYTHONHASHSEED"),
+              "zygote": "shared" if pools["a"].zygote is pools["b"].zygote else "per-side", "pairs_mode": "lockstep" if lockstep else "sequential",
               "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
               "budget_s": budget, "setup_s": setup_s, "pair_walls_s": list(run.pair_walls),
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",

@@ -109,11 +109,11 @@ def main(args: argparse.Namespace) -> int:
     preload = pool.preload_modules({c.backend for c in cells})
     threads = cotenant.choose({"A": {}, "B": {}}, args.threads) if args.pairs else None
     pair_side = (dataclasses.replace(side, env=threads.env + cotenant.hash_seed_env({}, rng) + side.env)
-                 if threads else side)  # the pairs' zygotes as ab's: its threads and one hash seed for both
+                 if threads else side)  # the pairs' workers as ab's: its threads, one hash seed, one zygote
     if threads:
         print(f"perfsuite calibrate: A/A pairs: {threads.line}", flush=True)
-    with pool.Pool(side, preload=preload) as workers_pool, pool.Pool(pair_side, preload=preload) as pair_a, \
-            pool.Pool(pair_side, preload=preload) as twin:
+    pair_pools, _ = pool.pair_pools({"a": pair_side, "b": pair_side}, {}, preload)
+    with pool.Pool(side, preload=preload) as workers_pool, pair_pools["a"] as pair_a, pair_pools["b"] as twin:
         for r in range(args.runs):
             if r and gap:
                 time.sleep(gap)

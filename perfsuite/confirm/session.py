@@ -198,7 +198,8 @@ class Confirmation:
                 say("perfsuite confirm: " + abloop.progress_line(n, elapsed, budget, mems))
 
         preload = pool.preload_modules({c["backend"] for c in cells})
-        pools = {s: pool.Pool(side, workdir / f"workers-{s}", preload=preload) for s, side in sides.items()}
+        pools, line = pool.pair_pools(sides, {s: workdir / f"workers-{s}" for s in sides}, preload)
+        say(f"perfsuite confirm: {line}")
         try:
             return abloop.run_pairs(pools, plans, cells, mems, budget_s=budget, max_pairs=1000, rng=random.Random(),
                                     decide=decide, stop=lambda ms: "decided" if all(m.kind != "open" for m in ms)

@@ -40,12 +40,17 @@ def _run(job_path: Path, out_path: Path) -> int:
     return 0
 
 
-def _child(req: dict[str, Any], reply_fd: int) -> None:
+def _child(req: dict[str, Any], fds: tuple[int, ...]) -> None:
     """In the forked child: detach from the protocol pipes, run, exit without running the zygote's cleanup."""
     code = 70
     try:
         os.setsid()  # a process group of its own: the coordinator kills it whole (timeout, Ctrl-C)
-        os.close(reply_fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in fds:
+            os.close(fd)
+        if req.get("tree"):
+            _reroot(Path(req["tree"]))
         log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -64,35 +69,99 @@ def _child(req: dict[str, Any], reply_fd: int) -> None:
         os._exit(code)
 
 
+def _reroot(tree: Path) -> None:
+    """A zygote that serves two trees (perfsuite.worker.zygote) imported perfsuite from its own; this child runs
+    ``tree``'s: those modules go, ``tree`` leads the import path (and PYTHONPATH, for what it spawns)."""
+    own = Path(__file__).resolve().parents[2]
+
+    def other(p: str) -> bool:
+        try:
+            return Path(p or ".").resolve() != own
+        except OSError:
+            return True
+
+    sys.path[:] = [str(tree)] + [p for p in sys.path if other(p)]
+    env = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and other(p)]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(tree), *env])
+    for name in [m for m in sys.modules if m == "perfsuite" or m.startswith("perfsuite.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    os.chdir(tree)
+
+
 def _serve() -> int:
+    """Requests on stdin; each ``measure`` forks a child at once and its end is reported when it comes (a zygote
+    shared by both sides of a lockstep pair runs two children together)."""
+    import selectors
+
     # The protocol goes over a private dup of stdout; children get fd 1 pointed at their log.
     reply_fd = os.dup(1)
     reply = os.fdopen(reply_fd, "w", buffering=1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when we stop
-    for line in sys.stdin:
-        req = json.loads(line)
-        op = req.get("op")
-        if op == "preload":
-            errors = {}
-            for mod in req.get("modules", []):
-                try:
-                    importlib.import_module(mod)
-                except Exception as exc:  # the child will report it properly; preloading is an optimisation
-                    errors[mod] = f"{type(exc).__name__}: {exc}"
-            reply.write(json.dumps({"event": "preloaded", "errors": errors}) + "\n")
-        elif op == "measure":
-            pid = os.fork()
-            if pid == 0:
-                _child(req, reply_fd)
-            reply.write(json.dumps({"event": "started", "pid": pid}) + "\n")
-            _, status = os.waitpid(pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-            reply.write(json.dumps({"event": "exited", "pid": pid, "status": code}) + "\n")
-        elif op == "exit":
-            break
-        else:
-            reply.write(json.dumps({"event": "error", "error": f"unknown op {op!r}"}) + "\n")
+    wake_r, wake_w = os.pipe()  # SIGCHLD wakes the select below: no polling while workers measure
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(0, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    children: set[int] = set()
+    buf, eof, stop = b"", False, False
+    while not stop and not eof:  # EOF: the coordinator is gone (its workers are killed by it, not us)
+        for key, _ in sel.select():
+            if key.fd == wake_r:
+                while _drain(wake_r):
+                    pass
+            else:
+                chunk = os.read(0, 65536)
+                eof = eof or not chunk
+                buf += chunk
+        _reap(children, reply)
+        while b"\n" in buf and not stop:
+            line, buf = buf.split(b"\n", 1)
+            stop = _handle(json.loads(line), reply, children, (reply_fd, wake_r, wake_w))
     return 0
+
+
+def _drain(fd: int) -> bool:
+    try:
+        return bool(os.read(fd, 4096))
+    except BlockingIOError:
+        return False
+
+
+def _reap(children: set[int], reply: Any) -> None:
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        children.discard(pid)
+        reply.write(json.dumps({"event": "exited", "pid": pid, "status": os.waitstatus_to_exitcode(status)}) + "\n")
+
+
+def _handle(req: dict[str, Any], reply: Any, children: set[int], fds: tuple[int, ...]) -> bool:
+    """One request; True to stop serving."""
+    op = req.get("op")
+    if op == "preload":
+        errors = {}
+        for mod in req.get("modules", []):
+            try:
+                importlib.import_module(mod)
+            except Exception as exc:  # the child will report it properly; preloading is an optimisation
+                errors[mod] = f"{type(exc).__name__}: {exc}"
+        reply.write(json.dumps({"event": "preloaded", "errors": errors}) + "\n")
+    elif op == "measure":
+        pid = os.fork()
+        if pid == 0:
+            _child(req, fds)
+        children.add(pid)
+        reply.write(json.dumps({"event": "started", "pid": pid}) + "\n")
+    elif op == "exit":
+        return True
+    else:
+        reply.write(json.dumps({"event": "error", "error": f"unknown op {op!r}"}) + "\n")
+    return False
 
 
 def _probe(modules: list[str]) -> int:

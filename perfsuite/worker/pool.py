@@ -6,19 +6,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from perfsuite.external import CANNOT_RUN, NOT_FOUND, TIMED_OUT, run_tool
+from perfsuite.worker import layout
 from perfsuite.worker.job import PROTOCOL, ProcessResult
+from perfsuite.worker.zygote import Zygote, ZygoteError, killpg, signal_text, tail
 
 
 class SideError(Exception):
@@ -34,6 +34,7 @@ class Side:
     python: str = sys.executable
     label: str = ""
     env: tuple[tuple[str, str], ...] = ()
+    fixed_layout: bool = False  # its workers start without ASLR (perfsuite.worker.layout): same addresses per tree
 
     def environ(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -106,27 +107,13 @@ def _raise_if_syntax(name: str, side: Side, text: str) -> None:
     raise SideError(f"{name}: {text}; fix the syntax error in {side.tree}")
 
 
-def _signal_text(status: int) -> str:
-    if status < 0:
-        try:
-            return f"killed by signal {-status} ({signal.Signals(-status).name})"
-        except ValueError:
-            return f"killed by signal {-status}"
-    return f"exited with status {status}"
-
-
-def _tail(path: Path, n: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-n:]
-    except OSError:
-        return ""
-
-
 class Pool:
     """Worker processes of one side. ``fork`` jobs run in children of one pre-imported zygote (cheap: ~0.1 s
-    plus the model load); ``spawn`` jobs run in a fresh interpreter each (vLLM, which must not be forked)."""
+    plus the model load), which may serve another side too (:func:`pair_pools`); ``spawn`` jobs run in a fresh
+    interpreter each (vLLM, which must not be forked)."""
 
-    def __init__(self, side: Side, workdir: Path | None = None, preload: tuple[str, ...] = ()) -> None:
+    def __init__(self, side: Side, workdir: Path | None = None, preload: tuple[str, ...] = (),
+                 zygote: Zygote | None = None) -> None:
         self.side = side
         # A folder of our own making goes on close() unless a failure (named with it) keeps it.
         self._owned = workdir is None
@@ -134,51 +121,9 @@ class Pool:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="perfsuite-workers-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.preload = preload
-        self._zygote: subprocess.Popen[str] | None = None
-        self._sel: selectors.BaseSelector | None = None
-        self._buf = ""
+        self.zygote = zygote or Zygote(side, self.workdir, preload)
         self._count = 0
         self.current_pid: int | None = None
-
-    # ------------------------------------------------------------------------------------------------ zygote
-    def _start_zygote(self) -> None:
-        log = open(self.workdir / f"zygote{self.side.label}.log", "a")
-        self._zygote = subprocess.Popen([self.side.python, "-m", "perfsuite.worker", "serve"], cwd=self.side.tree,
-                                        env=self.side.environ(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=log, text=True, bufsize=1, start_new_session=True)
-        log.close()
-        self._sel = selectors.DefaultSelector()
-        assert self._zygote.stdout is not None
-        os.set_blocking(self._zygote.stdout.fileno(), False)
-        self._sel.register(self._zygote.stdout, selectors.EVENT_READ)
-        self._send({"op": "preload", "modules": list(self.preload)})
-        self._recv(timeout_s=600)
-
-    def _send(self, msg: dict[str, Any]) -> None:
-        assert self._zygote is not None and self._zygote.stdin is not None
-        self._zygote.stdin.write(json.dumps(msg) + "\n")
-        self._zygote.stdin.flush()
-
-    def _recv(self, timeout_s: float) -> dict[str, Any] | None:
-        """Next reply, or None on timeout. A dead zygote is an error with its log."""
-        assert self._zygote is not None and self._sel is not None
-        stream: IO[str] = self._zygote.stdout  # type: ignore[assignment]
-        deadline = time.monotonic() + timeout_s
-        while "\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            if self._sel.select(timeout=min(left, 1.0)):
-                chunk = stream.read()
-                if chunk == "" and self._zygote.poll() is not None:
-                    log = _tail(self.workdir / f"zygote{self.side.label}.log")
-                    raise SideError(f"worker zygote of {self.side.tree} {_signal_text(self._zygote.returncode)}:"
-                                    f" {log.strip().splitlines()[-1] if log.strip() else 'no output'}")
-                self._buf += chunk or ""
-            elif self._zygote.poll() is not None:
-                raise SideError(f"worker zygote of {self.side.tree} {_signal_text(self._zygote.returncode)}")
-        line, self._buf = self._buf.split("\n", 1)
-        return dict(json.loads(line))
 
     # ------------------------------------------------------------------------------------------------- jobs
     def measure(self, job: dict[str, Any], *, fork: bool = True, timeout_s: float = 1800,
@@ -204,63 +149,26 @@ class Pool:
         job_path.write_text(json.dumps(job))
         run = Running(self, job, out, log, timeout_s, time.perf_counter())
         if fork:
-            if self._zygote is None or self._zygote.poll() is not None:
-                self._start_zygote()
-            self._send({"op": "measure", "job": str(job_path), "out": str(out), "log": str(log)})
-            started = self._recv(timeout_s=120)
-            if not started or started.get("event") != "started":
-                raise SideError(f"worker zygote of {self.side.tree} did not start a child: {started}")
-            run.pid = int(started["pid"])
+            try:
+                run.pid = self.zygote.fork(job_path, out, log, self.side.tree)
+            except ZygoteError as exc:
+                raise SideError(str(exc)) from None
         else:
             with open(log, "a") as fh:
                 run.proc = subprocess.Popen([self.side.python, "-m", "perfsuite.worker", "run", str(job_path),
                                              str(out)], cwd=self.side.tree, env=self.side.environ(), stdout=fh,
-                                            stderr=fh, stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stderr=fh, stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=layout.preexec(self.side.fixed_layout))
             run.pid = run.proc.pid
         self.current_pid = run.pid
         return run
 
     def close(self) -> None:
         try:
-            self._close_zygote()
+            self.zygote.close()  # a shared one: the first pool closed ends it (closing twice is harmless)
         finally:
             if self._owned and not self.keep:
                 shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def _close_zygote(self) -> None:
-        z, self._zygote = self._zygote, None
-        if z is None:
-            return
-        try:
-            if z.poll() is None:
-                self._send_quiet(z)
-                z.wait(timeout=10)
-        except (subprocess.TimeoutExpired, OSError):
-            _killpg(z.pid)
-            z.wait()
-        except BaseException:  # Ctrl-C while it says goodbye
-            _killpg(z.pid)
-            z.wait()
-            raise
-        finally:
-            if self._sel is not None:
-                self._sel.close()
-                self._sel = None
-            for stream in (z.stdin, z.stdout):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
-
-    @staticmethod
-    def _send_quiet(z: subprocess.Popen[str]) -> None:
-        try:
-            assert z.stdin is not None
-            z.stdin.write(json.dumps({"op": "exit"}) + "\n")
-            z.stdin.close()
-        except (OSError, ValueError):
-            pass
 
     def __enter__(self) -> Pool:
         return self
@@ -289,13 +197,17 @@ class Running:
             if self.proc is not None:
                 self.status = self.proc.poll()
             else:
-                msg = self.pool._recv(timeout_s=0.001)
-                if msg is not None:
-                    self.status = int(msg.get("status", -9))
+                self.status = self._zygote_status(0.001)
         return self.status is not None
 
     def kill(self) -> None:
-        _killpg(self.pid)  # the worker leads a process group of its own
+        killpg(self.pid)  # the worker leads a process group of its own
+
+    def _zygote_status(self, timeout_s: float) -> int | None:
+        try:
+            return self.pool.zygote.exit_status(self.pid, timeout_s)
+        except ZygoteError as exc:
+            raise SideError(str(exc)) from None
 
     def finish(self) -> ProcessResult:
         """Wait for the process (killed at its timeout) and read its result."""
@@ -309,11 +221,12 @@ class Running:
                         self.kill()
                         self.status = self.proc.wait()
                 else:
-                    msg = self.pool._recv(timeout_s=left)
-                    if msg is None:
+                    self.status = self._zygote_status(left)
+                    if self.status is None:
                         self.kill()
-                        msg = self.pool._recv(timeout_s=60)
-                    self.status = int((msg or {}).get("status", -9))
+                        self.status = self._zygote_status(60)
+                    if self.status is None:
+                        self.status = -9
         except BaseException:
             self.kill()
             if self.proc is not None:
@@ -332,29 +245,52 @@ class Running:
                 res = ProcessResult.from_wire(json.loads(out.read_text()), pid=pid, wall_s=wall)
             except (ValueError, TypeError, KeyError) as exc:
                 return ProcessResult.failed(idx, pid, label, f"unreadable worker result {out}: {exc}",
-                                            _tail(log), wall)
+                                            tail(log), wall)
             if status != 0 and res.error is None:
-                return ProcessResult.failed(idx, pid, label, f"worker process {pid} {_signal_text(status)} after "
-                                            "writing its result", _tail(log), wall)
+                return ProcessResult.failed(idx, pid, label, f"worker process {pid} {signal_text(status)} after "
+                                            "writing its result", tail(log), wall)
             return res
         what = f"timed out after {self.timeout_s:.0f} s and was killed" if status == -9 and wall >= self.timeout_s \
-            else _signal_text(status)
-        return ProcessResult.failed(idx, pid, label, f"worker process {pid} died: {what} (log {log})", _tail(log),
+            else signal_text(status)
+        return ProcessResult.failed(idx, pid, label, f"worker process {pid} died: {what} (log {log})", tail(log),
                                     wall)
 
 
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def pair_pools(sides: dict[str, Side], workdirs: dict[str, Path | None], preload: tuple[str, ...],
+               mode: str = "shared") -> tuple[dict[str, Pool], str]:
+    """One pool per side of an A/B, and the line that says where their workers come from. ``mode`` ``shared``:
+    every forked worker of both sides is a child of one zygote (perfsuite.worker.zygote says why), when the sides
+    run one interpreter with one environment; it runs from this coordinator's tree and preloads third-party
+    modules only, and each child imports its own side's tree. Otherwise (or ``per-side``) one zygote per side."""
+    pools = {s: Pool(side, workdirs.get(s), preload) for s, side in sides.items()}
+    why = "--zygote per-side" if mode == "per-side" else _cannot_share(list(sides.values()))
+    if why:
+        return pools, (f"zygotes: one per side ({why}): every worker of a side shares its zygote's draws (hash seed, "
+                       "layout), which can offset the sides by a fixed amount for the whole run")
+    first = next(iter(sides.values()))
+    here = this_side()
+    zside = Side(here.tree, first.python, "AB", first.env, first.fixed_layout)
+    shared = Zygote(zside, next(iter(pools.values())).workdir, tuple(m for m in preload if not _ours(m)),
+                    shared=True)
+    for pl in pools.values():
+        pl.zygote = shared
+    return pools, ("zygotes: one for both sides: every worker is a fresh child of one pre-imported interpreter that "
+                   "imports its side's tree, so A and B workers differ by their code, not by their zygotes' draws")
 
 
-def _killpg(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        _kill(pid)
+def _ours(module: str) -> bool:
+    return module == "perfsuite" or module.startswith("perfsuite.")
+
+
+def _cannot_share(sides: list[Side]) -> str:
+    pys = {os.path.realpath(shutil.which(s.python) or s.python) for s in sides}
+    if len(pys) > 1:
+        return "the sides run different interpreters"
+    if len({tuple(sorted(s.env)) for s in sides}) > 1:
+        return "the sides' environments differ (--a-env/--b-env)"
+    if len({s.fixed_layout for s in sides}) > 1:
+        return "the sides' layouts differ"
+    return ""
 
 
 def preload_modules(backends: set[str]) -> tuple[str, ...]:

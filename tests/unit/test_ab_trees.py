@@ -28,6 +28,8 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
         seen = tmp_path / f"hash-seeds-{tree.name}"  # each worker notes the hash seed its zygote started with
         note = (f"        open({str(seen)!r}, 'a').write(__import__('os').environ.get('PYTHONHASHSEED', '-') + "
                 "'\\n')\n")
+        parent = tmp_path / f"parents-{tree.name}"  # and the zygote it was forked from
+        note += f"        open({str(parent)!r}, 'a').write(str(__import__('os').getppid()) + '\\n')\n"
         backend.write_text(src.replace(DECODE, DECODE + note + extra))
     out = tmp_path / "ab.json"
     rc = cli(["ab", "--a", str(a), "--b", str(b), "--budget", "4m", "--json", str(out)])
@@ -36,6 +38,11 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
     # one hash seed for both sides' zygotes, drawn for this run (perfsuite.cotenant.hash_seed_env)
     assert data["hash_seed"] and set((tmp_path / "hash-seeds-a").read_text().split()) == {data["hash_seed"]}
     assert set((tmp_path / "hash-seeds-b").read_text().split()) == {data["hash_seed"]}
+    # one zygote for both sides (perfsuite.worker.zygote): every worker of A and of B is its child, and still runs
+    # its own side's tree (perfsuite_file below)
+    assert data["zygote"] == "shared"
+    parents = {side: set((tmp_path / f"parents-{side}").read_text().split()) for side in "ab"}
+    assert len(parents["a"]) == 1 and parents["a"] == parents["b"], parents
     tpot = next(v for v in data["verdicts"] if v["metric"] == "median_tpot_ms")
     assert tpot["kind"] == "regression" and tpot["ratio"] > 1
     assert data["pairs"]
