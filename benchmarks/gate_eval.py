@@ -261,7 +261,7 @@ def run_ab(out: Path, item: dict[str, Any]) -> dict[str, Any]:
     tp = rows.get("median_tpot_ms", {})
     d = [math.log(b / a) for a, b in zip(tp.get("a_values") or [], tp.get("b_values") or [], strict=True)]
     return {"rc": proc.returncode, "wall_s": wall, "stopped": data.get("stopped"), "tpot_kind": tp.get("kind"),
-            "pairs_mode": data.get("pairs_mode"), "tpot_pair_sd": statistics.stdev(d) if len(d) > 2 else None,
+            "pairs_mode": data.get("pairs_mode"), "zygote": data.get("zygote"), "tpot_pair_sd": statistics.stdev(d) if len(d) > 2 else None,
             "tpot_pair_mad_sd": 1.4826 * statistics.median(abs(x - statistics.median(d)) for x in d)
             if len(d) > 2 else None, "tpot_a_median_ms": statistics.median(tp["a_values"]) if d else None,
             "tpot_change": tp.get("change"), "tpot_ci": [tp.get("ci_low"), tp.get("ci_high")],
