@@ -557,7 +557,10 @@ def _dispersion_lines(zs: list[tuple[float, int, float, bool]], title: str) -> l
     return ["", f"## {title}", "",
             f"{len(z)} lockstep A/A trials (>= 10 pairs). z = Yuen's t of TPOT log(B/A) per pair, as a normal quantile: "
             f"var(z) = {statistics.variance(z):.2f} (independent pairs: 1), sum z^2 = {chi2:.1f} on {len(z)} df, "
-            f"p = {sst.chi2.sf(chi2, len(z)):.2g}; |z| > 1.96 in {_rate(beyond, len(z))} (expected 5 %).", "",
+            f"p = {sst.chi2.sf(chi2, len(z)):.2g}; |z| > 1.96 in {_rate(beyond, len(z))} (expected 5 %). "
+            f"Centred on 0? mean z = {statistics.fmean(z):+.2f} (SE {1 / math.sqrt(len(z)):.2f} if independent, "
+            f"p = {2 * sst.norm.sf(abs(statistics.fmean(z)) * math.sqrt(len(z))):.2g}); B slower in "
+            f"{sum(v > 0 for v in z)} of {len(z)}.", "",
             "| z | pairs | trimmed mean log(B/A) | co-tenant |", "|---|---|---|---|",
             *(f"| {v:+.2f} | {n} | {m:+.2%} | {'yes' if c else 'no'} |" for v, n, m, c in zs)]
 
