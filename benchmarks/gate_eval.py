@@ -267,6 +267,10 @@ def run_ab(out: Path, item: dict[str, Any]) -> dict[str, Any]:
             "tpot_change": tp.get("change"), "tpot_ci": [tp.get("ci_low"), tp.get("ci_high")],
             "pairs": tp.get("pairs"), "kinds": {m: r.get("kind") for m, r in rows.items()},
             "tpot_interval": tp.get("interval"), "tpot_d": d,  # per-pair log(B/A): other rules can be replayed
+            # ab's own clock: setup + pairs, against its budget; the pair walls say what "one pair" was
+            "ab_elapsed_s": data.get("elapsed_s"), "budget_s": data.get("budget_s"), "setup_s": data.get("setup_s"),
+            "pair_wall_max_s": max(data.get("pair_walls_s") or [0.0]) or None,
+            "pair_wall_median_s": statistics.median(data["pair_walls_s"]) if data.get("pair_walls_s") else None,
             "tail": "" if proc.returncode in (0, 1) else (proc.stdout + proc.stderr)[-1500:]}
 
 
@@ -573,6 +577,22 @@ def cmd_dispersion(outs: list[Path]) -> None:
     print("\n".join(_dispersion_lines(zs, f"A/A overdispersion, pooled over {len(outs)} campaign(s)")))
 
 
+def _overrun_lines(recs: list[dict[str, Any]]) -> list[str]:
+    """ab's own elapsed time (setup + pairs) against its budget, per trial that ran to the budget; recorded by
+    trials since 2026-12-04 23:20 (earlier ones have the command's wall only)."""
+    rs = [r for r in recs if r["kind"] == "ab" and r.get("ab_elapsed_s") is not None and r["stopped"] == "budget"]
+    if not rs:
+        return []
+    over = [(r["ab_elapsed_s"] - r["budget_s"], r) for r in rs]
+    worst, wr = max(over, key=lambda t: t[0])
+    in_pairs = [o / r["pair_wall_max_s"] for o, r in over if r.get("pair_wall_max_s")]
+    return ["", f"Budget: {len(rs)} ab trial(s) ran to their budget; ab's own clock (setup + pairs) overran it by at most "
+            f"{worst:+.1f} s ({wr['key']}, budget {wr['budget_s']:.0f} s, its slowest pair {wr['pair_wall_max_s']:.1f} s, "
+            f"median pair {wr['pair_wall_median_s']:.1f} s); overrun / slowest pair: max {max(in_pairs):.2f}, "
+            f"{sum(x > 1 for x in in_pairs)} of {len(in_pairs)} above one pair. The command's wall adds interpreter "
+            f"start and exit: max {max(r['wall_s'] - r['budget_s'] for r in rs):+.1f} s over the budget."]
+
+
 def cmd_report(out: Path) -> None:
     recs = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     true = json.loads((out / "true_size.json").read_text()) if (out / "true_size.json").exists() else {}
@@ -594,6 +614,7 @@ def cmd_report(out: Path) -> None:
                      + (f" (+{len(bad)} failed)" if bad else "") + f" | {_rate(k, len(rs))} | {_rate(anyk, len(rs))} | "
                      f"{statistics.median([r['pairs'] or 0 for r in rs]) if rs else '-'} | "
                      f"{statistics.median([r['wall_s'] for r in rs]) if rs else 0:.0f} s | {_sd_cell(rs)} |")
+    lines += _overrun_lines(recs)
     lines += ["", "## pytest --benchmark-compare against the committed baselines, torch tiny-llama cell", "",
               "| tree | trials | gate: run fails | gate: test_tpot fails | pytest-benchmark median:5%: any | "
               "median:5%: test_tpot | gate TPOT verdicts |", "|---|---|---|---|---|---|---|"]

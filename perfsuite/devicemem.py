@@ -54,51 +54,53 @@ def physical_indices(indices: Sequence[int], env: Mapping[str, str], vendor: str
     return mapped
 
 
-class AmdSmiReader:
+class _LibraryReader:
+    """A vendor library held open for the run: ``shutdown`` names the call that releases it."""
+
+    min_interval_s = 0.005
+    shutdown = ""
+
+    def __init__(self, lib: Any, handles: list[Any]) -> None:
+        self.lib, self.handles = lib, handles
+
+    def close(self) -> None:
+        try:
+            getattr(self.lib, self.shutdown)()
+        except Exception:
+            pass
+
+
+class AmdSmiReader(_LibraryReader):
     """amdsmi Python: ``amdsmi_get_gpu_memory_usage(handle, VRAM)`` is device-wide used VRAM in bytes."""
 
     source = "amdsmi"
-    min_interval_s = 0.005
+    shutdown = "amdsmi_shut_down"
 
     def __init__(self, mod: Any, indices: Sequence[int]) -> None:
-        self.mod = mod
         mod.amdsmi_init()
         handles = mod.amdsmi_get_processor_handles()
-        self.handles = [handles[i] for i in indices]
+        super().__init__(mod, [handles[i] for i in indices])
 
     def used_bytes(self) -> int:
         total = 0
         for h in self.handles:
             try:
-                total += int(self.mod.amdsmi_get_gpu_memory_usage(h, self.mod.AmdSmiMemoryType.VRAM))
+                total += int(self.lib.amdsmi_get_gpu_memory_usage(h, self.lib.AmdSmiMemoryType.VRAM))
             except AttributeError:  # older amdsmi: {"vram_total": MB, "vram_used": MB}
-                total += int(self.mod.amdsmi_get_gpu_vram_usage(h)["vram_used"]) * 2**20
+                total += int(self.lib.amdsmi_get_gpu_vram_usage(h)["vram_used"]) * 2**20
         return total
 
-    def close(self) -> None:
-        try:
-            self.mod.amdsmi_shut_down()
-        except Exception:
-            pass
 
-
-class NvmlReader:
+class NvmlReader(_LibraryReader):
     source = "nvml"
-    min_interval_s = 0.005
+    shutdown = "nvmlShutdown"
 
     def __init__(self, nv: Any, indices: Sequence[int]) -> None:
-        self.nv = nv
         nv.nvmlInit()
-        self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        super().__init__(nv, [nv.nvmlDeviceGetHandleByIndex(i) for i in indices])
 
     def used_bytes(self) -> int:
-        return sum(int(self.nv.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles)
-
-    def close(self) -> None:
-        try:
-            self.nv.nvmlShutdown()
-        except Exception:
-            pass
+        return sum(int(self.lib.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles)
 
 
 class TorchReader:
@@ -152,22 +154,15 @@ def open_reader(device: str, indices: Sequence[int] = (0,), host: Host | None = 
     host = host or Host()
     why = []
     amd = host.exists("/sys/class/kfd/kfd/topology/nodes") or host.exists("/dev/kfd")
-    if amd:
-        mod, reason = amdsmi_lib.load()
-        if mod is not None:
-            try:
-                return AmdSmiReader(mod, physical_indices(indices, host.env, "amd")), ""
-            except Exception as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-        why.append(f"amdsmi: {reason}")
-    else:
-        nv, reason = nvml.load()
-        if nv is not None:
-            try:
-                return NvmlReader(nv, physical_indices(indices, host.env, "nvidia")), ""
-            except Exception as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-        why.append(f"nvml: {reason}")
+    name, load, reader_type, vendor = (("amdsmi", amdsmi_lib.load, AmdSmiReader, "amd") if amd
+                                       else ("nvml", nvml.load, NvmlReader, "nvidia"))
+    lib, reason = load()
+    if lib is not None:
+        try:
+            return reader_type(lib, physical_indices(indices, host.env, vendor)), ""
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+    why.append(f"{name}: {reason}")
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         return TorchReader(torch, indices), ""

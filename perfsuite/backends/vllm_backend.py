@@ -46,12 +46,9 @@ from perfsuite.backends.vllm_common import (
     INSTALL_HINT,
     VllmEngineError,
     VllmWorkerDied,
-    model_path_for,
-    platform_reason,
-    validate_with_vllm,
 )
 from perfsuite.backends.vllm_engine import EngineBackend, shutdown_engine
-from perfsuite.backends.vllm_engine_args import build_engine_args, engine_core_mode, engine_env
+from perfsuite.backends.vllm_engine_args import build_engine_args, engine_core_mode
 from perfsuite.cells import Cell
 
 __all__ = ["INSTALL_HINT", "VllmBackend", "VllmEngineError", "VllmWorkerDied"]
@@ -88,13 +85,8 @@ class VllmBackend(EngineBackend, StepBackend):
         self._last_ours: list[dict[str, Any]] | None = None
         self._last_vllm: list[dict[str, Any]] | None = None
 
-    # ------------------------------------------------------------------ availability
-    def availability(self) -> str | None:
-        reason = platform_reason(self.cell)
-        if reason:
-            return reason
-        build_engine_args(self.cell)  # option errors raise here (VllmOptionError), before vLLM sees anything
-        return validate_with_vllm(self.cell, lambda path: build_engine_args(self.cell, path))
+    def engine_args(self, model_path: str | None = None) -> dict[str, Any]:
+        return build_engine_args(self.cell, model_path)
 
     # ------------------------------------------------------------------ lifecycle
     def _load(self) -> None:
@@ -102,9 +94,7 @@ class VllmBackend(EngineBackend, StepBackend):
         from vllm import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
-        path, awq_info = model_path_for(self.cell)
-        kwargs = build_engine_args(self.cell, path)
-        env = engine_env(self.cell)
+        kwargs, env, awq_info = self._resolve()
 
         def make() -> Any:
             self.engine = LLMEngine.from_engine_args(EngineArgs(**kwargs), stat_loggers=[self._stat_logger_factory()])

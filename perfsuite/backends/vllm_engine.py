@@ -24,8 +24,12 @@ from perfsuite.backends.vllm_common import (
     describe_exit,
     exc_message,
     fresh_vllm_envs,
+    model_path_for,
+    platform_reason,
     scoped_env,
+    validate_with_vllm,
 )
+from perfsuite.backends.vllm_engine_args import engine_env
 from perfsuite.cells import Cell
 
 DEATH_GRACE_S = 2.0  # after an engine error, how long a dying worker may take to be seen dead
@@ -225,6 +229,23 @@ class EngineBackend:
         except BaseException:
             self.close()
             raise
+
+    def engine_args(self, model_path: str | None = None) -> dict[str, Any]:  # pragma: no cover - each its own
+        raise NotImplementedError
+
+    def availability(self) -> str | None:
+        """Why the cell cannot run on this install, or None. The cell's option errors raise here (a usage error,
+        not a skip), before vLLM sees anything."""
+        reason = platform_reason(self.cell)
+        if reason:
+            return reason
+        self.engine_args()
+        return validate_with_vllm(self.cell, self.engine_args)
+
+    def _resolve(self) -> tuple[dict[str, Any], dict[str, str], dict[str, Any] | None]:
+        """The engine's keyword arguments and environment for the cell, and the AWQ checkpoint's facts (AWQ cells)."""
+        path, awq_info = model_path_for(self.cell)
+        return self.engine_args(path), engine_env(self.cell), awq_info
 
     def _load(self) -> None:  # pragma: no cover - each backend has its own
         raise NotImplementedError

@@ -23,12 +23,9 @@ from typing import Any
 from perfsuite.backends.base import WholeBackend
 from perfsuite.backends.vllm_common import (
     VllmEngineError,
-    model_path_for,
-    platform_reason,
-    validate_with_vllm,
 )
 from perfsuite.backends.vllm_engine import EngineBackend, shutdown_engine
-from perfsuite.backends.vllm_engine_args import engine_env, llm_engine_args
+from perfsuite.backends.vllm_engine_args import llm_engine_args
 from perfsuite.cells import Cell
 
 
@@ -46,20 +43,14 @@ class VllmLlmBackend(EngineBackend, WholeBackend):
                 f"process): no host-side {metric.upper()} exists there; the vllm backend's step loop measures it")
 
     # ------------------------------------------------------------------ lifecycle
-    def availability(self) -> str | None:
-        reason = platform_reason(self.cell)
-        if reason:
-            return reason
-        llm_engine_args(self.cell)  # option errors raise (a usage error, not a skip)
-        return validate_with_vllm(self.cell, lambda path: llm_engine_args(self.cell, path))
+    def engine_args(self, model_path: str | None = None) -> dict[str, Any]:
+        return llm_engine_args(self.cell, model_path)
 
     def _load(self) -> None:
         import vllm
         from vllm import LLM
 
-        path, awq_info = model_path_for(self.cell)
-        kwargs = llm_engine_args(self.cell, path)
-        env = engine_env(self.cell)
+        kwargs, env, awq_info = self._resolve()
 
         def make() -> Any:
             self.llm = LLM(**kwargs)

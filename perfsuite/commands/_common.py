@@ -1,10 +1,22 @@
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perfsuite import config as cfg
 from perfsuite.schema import parse_duration as parse_duration  # re-exported: the commands' one duration parser
+
+
+def add_command(sub: Any, name: str, help_: str, doc: str | None,
+                main: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` shows its module docstring as written, run by ``main``."""
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=doc,
+                                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(func=main)
+    return p
 
 
 def project_root() -> Path:

@@ -27,13 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands._common import check_locations, parse_duration, thread_mode
+from perfsuite.commands._common import add_command, check_locations, parse_duration, thread_mode
 from perfsuite.errors import UsageError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("ab", help="is tree B slower than tree A? sequential randomized A/B; exit 1 on a regression",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "ab",
+                    "is tree B slower than tree A? sequential randomized A/B; exit 1 on a regression", __doc__, main)
     for side, default in (("a", None), ("b", ".")):
         up = side.upper()
         p.add_argument(f"--{side}", dest=f"{side}_tree", default=default, metavar="TREE",
@@ -72,7 +72,6 @@ def register(sub: Any) -> None:
     p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when the budget ends undecided")
     p.add_argument("--out", type=Path, default=None, help="keep worker files and pairs.jsonl here")
     p.add_argument("--json", type=Path, default=None, help="write the verdicts and every pair here as JSON")
-    p.set_defaults(func=main)
 
 
 # --------------------------------------------------------------------------------------------------- sides

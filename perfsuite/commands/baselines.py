@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfsuite.commands._common import add_command
 from perfsuite.errors import UsageError
 
 
@@ -34,15 +35,14 @@ class Move:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("baselines", help="baseline folder maintenance (migrate old runner class names)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(subparsers, "baselines",
+                    "baseline folder maintenance (migrate old runner class names)", __doc__, main)
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     m = sub.add_parser("migrate", help="move runs recorded under a pre-tier runner class name to today's folder",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("--dir", default=None, help="the baselines folder (default: [tool.perfsuite] baselines_dir of "
                    "the project around the working directory)")
     m.add_argument("--dry-run", action="store_true", help="print the moves, make none")
-    p.set_defaults(func=main)
 
 
 def _baselines_dir(given: str | None) -> Path:

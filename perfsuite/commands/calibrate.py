@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.commands._common import check_locations, parse_duration, thread_mode
+from perfsuite.commands._common import add_command, check_locations, parse_duration, thread_mode
 from perfsuite.errors import UsageError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("calibrate", help="noise of this machine by level, and what the gate and ab can detect",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "calibrate",
+                    "noise of this machine by level, and what the gate and ab can detect", __doc__, main)
     p.add_argument("--runs", type=int, default=5, help="independent runs (default 5; >= 2)")
     p.add_argument("--workers", type=int, default=None, help="processes per cell and run (default: the profile's)")
     p.add_argument("--pairs", type=int, default=4, help="A/A lockstep pairs per cell and run, as ab measures them; "
@@ -56,7 +56,6 @@ def register(sub: Any) -> None:
     p.add_argument("--config", type=Path, default=None, help="pyproject.toml with [tool.perfsuite.gate]")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", type=Path, default=None, help="write the decomposition here")
-    p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:

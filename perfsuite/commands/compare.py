@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands._common import check_locations
+from perfsuite.commands._common import add_command, check_locations
 from perfsuite.errors import UsageError
 from perfsuite.gate import load, report, values
 from perfsuite.gate.policy import PolicyError, load_config
@@ -23,8 +23,7 @@ from perfsuite.gate.stats import holm_adjusted
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("compare", help="gate CURRENT run(s) against BASE run(s): exit 1 on a regression",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "compare", "gate CURRENT run(s) against BASE run(s): exit 1 on a regression", __doc__, main)
     p.add_argument("base", type=Path, help="baseline: a run JSON file or a folder of run files")
     p.add_argument("current", type=Path, help="current: a run JSON file or a folder of run files")
     p.add_argument("--config", type=Path, default=None, help="pyproject.toml with [tool.perfsuite.gate] "
@@ -33,7 +32,6 @@ def register(sub: Any) -> None:
     p.add_argument("--baseline-runs", type=int, default=None, help="use the newest N baseline runs")
     p.add_argument("--correction", choices=("holm", "bonferroni"), default="holm")
     p.add_argument("--json", type=Path, default=None, help="also write the verdicts here as JSON")
-    p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import changepoint as cpd
-from perfsuite.commands._common import check_locations
+from perfsuite.commands._common import add_command, check_locations
 from perfsuite.errors import UsageError
 
 
@@ -38,8 +38,7 @@ def _filters(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("history", help="run history (SQLite): ingest, show, export, change points",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "history", "run history (SQLite): ingest, show, export, change points", __doc__, main)
     hs = p.add_subparsers(dest="history_command", metavar="ACTION")
     ing = hs.add_parser("ingest", help="add run files (pytest-benchmark JSON, `perfsuite ab --json`); idempotent")
     _common(ing)
@@ -75,7 +74,7 @@ def register(sub: Any) -> None:
     cp.add_argument("--json", type=Path, default=None, help="also write the findings here")
     mig = hs.add_parser("migrate", help="bring an older database to this perfsuite's schema")
     _common(mig)
-    p.set_defaults(func=main, history_parser=p)
+    p.set_defaults(history_parser=p)
 
 
 def _open(args: argparse.Namespace, readonly: bool) -> Any:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands._common import check_locations
+from perfsuite.commands._common import add_command, check_locations
 from perfsuite.errors import UsageError
 
 DEFAULT_BACKENDS = "torch,torch-compile,onnxruntime-cpu"
@@ -57,10 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("ops", help="operator coverage matrix (hypothesis shape sweep)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(subparsers, "ops", "operator coverage matrix (hypothesis shape sweep)", __doc__, main)
     add_arguments(p)
-    p.set_defaults(func=main)
 
 
 def _runner_class(args: argparse.Namespace) -> str:

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import changepoint as cpd
-from perfsuite.commands._common import check_locations
+from perfsuite.commands._common import add_command, check_locations
 from perfsuite.errors import UsageError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("report", help="markdown summary + HTML report (history, change points, A/B, ops matrix)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "report",
+                    "markdown summary + HTML report (history, change points, A/B, ops matrix)", __doc__, main)
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.add_argument("--db", default=None, help="history database (default: $PERFSUITE_HISTORY, [tool.perfsuite] "
                    "history, ~/.local/share/perfsuite/history.sqlite); --no-history to go without")
@@ -38,7 +38,6 @@ def register(sub: Any) -> None:
     p.add_argument("--max-pvalue", type=float, default=cpd.DEFAULT_MAX_PVALUE)
     p.add_argument("--min-size", type=int, default=cpd.DEFAULT_MIN_SIZE)
     p.add_argument("--lock-timeout", type=float, default=10.0)
-    p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:

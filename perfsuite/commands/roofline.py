@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from perfsuite.commands._common import add_command
+
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("roofline", help="the roofline of each cell of a results file",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "roofline", "the roofline of each cell of a results file", __doc__, main)
     from perfsuite.roofline_results import add_arguments  # light: no torch, no numpy
 
     add_arguments(p)
-    p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -14,19 +14,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from perfsuite.commands._common import add_command
 from perfsuite.errors import UsageError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("shard", help="the cells of shard I of N, as a pytest -k expression",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "shard", "the cells of shard I of N, as a pytest -k expression", __doc__, main)
     p.add_argument("shard", help="INDEX/COUNT, 1-based, e.g. 2/3")
     p.add_argument("--profile", default="smoke", help="smoke | pr | nightly (default smoke)")
     p.add_argument("--device", default="cpu", help="cpu | cuda (default cpu)")
     p.add_argument("--backend", default=None, help="comma-separated backends (default: the profile's)")
     p.add_argument("--model", default=None, help="comma-separated models (default: the profile's)")
     p.add_argument("--format", choices=("k", "ids", "json"), default="k")
-    p.set_defaults(func=main)
 
 
 def cell_ids(profile: str, device: str, backends: str | None, models: str | None, start: Path | None = None) -> list[str]:

@@ -4,24 +4,17 @@ goes through :func:`load`."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from perfsuite.doctor.amd_smi_cli import gpu_from_static
-from perfsuite.doctor.facts import Gpu, SourceResult
+from perfsuite.doctor.facts import Gpu, SourceResult, import_optional
 
 NAME = "amdsmi"
 
 
 def load() -> tuple[Any | None, str]:
-    """(module, "") or (None, why). Catches what a broken install raises besides ImportError."""
-    try:
-        return importlib.import_module("amdsmi"), ""
-    except ImportError as exc:
-        return None, f"amdsmi not installed ({exc})"
-    except (KeyError, OSError, AttributeError) as exc:
-        return None, (f"amdsmi is installed but its ROCm library is missing or broken "
-                      f"({type(exc).__name__}: {exc}); install amd-smi-lib from ROCm or remove the amdsmi package")
+    return import_optional("amdsmi", "amdsmi", "its ROCm library is missing or broken: install amd-smi-lib from "
+                                               "ROCm or remove the amdsmi package")
 
 
 def _call(fn: Any, *args: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,3 +57,15 @@ class Finding:
 
     def as_dict(self) -> dict[str, Any]:
         return {"level": self.level, "topic": self.topic, "message": self.message, "fix": self.fix}
+
+
+def import_optional(module: str, label: str, broken_fix: str) -> tuple[Any | None, str]:
+    """(module, "") or (None, why) for a vendor binding. Besides ImportError, a binding whose native library is
+    missing raises KeyError, OSError or AttributeError at import (``amdsmi``: ``KeyError: 'libamd_smi.so'``); that is
+    reported with ``broken_fix``."""
+    try:
+        return importlib.import_module(module), ""
+    except ImportError as exc:
+        return None, f"{label} not installed ({exc})"
+    except (KeyError, OSError, AttributeError) as exc:
+        return None, f"{label} is installed but broken ({type(exc).__name__}: {exc}); {broken_fix}"

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from perfsuite.doctor import gfx
-from perfsuite.doctor.facts import Gpu, SourceResult
+from perfsuite.doctor.facts import Gpu, SourceResult, import_optional
 
 NAME = "nvml"
 
 
 def load() -> tuple[Any | None, str]:
-    try:
-        return importlib.import_module("pynvml"), ""
-    except ImportError as exc:
-        return None, f"pynvml (nvidia-ml-py) not installed ({exc})"
+    return import_optional("pynvml", "pynvml (nvidia-ml-py)", "reinstall nvidia-ml-py, or check the NVIDIA driver's "
+                                                              "libnvidia-ml.so")
 
 
 def _str(v: Any) -> str:

@@ -168,14 +168,18 @@ def analyse(db: History, *, runner_class: str | None = None, cell: str | None = 
     return findings, notes
 
 
+def _where_runner_class(sql: str, table: str, runner_class: str | None) -> tuple[str, tuple[Any, ...]]:
+    """``sql`` limited to one runner class when one is given."""
+    if not runner_class:
+        return sql, ()
+    return sql + f" WHERE {table}.runner_class = ?", (runner_class,)
+
+
 def runs(db: History, *, runner_class: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
     sql = ("SELECT r.id, r.kind, r.runner_class, r.profile, r.commit_id, r.run_time, r.source, "
            "(SELECT count(*) FROM results s WHERE s.run_id = r.id) AS results, "
            "(SELECT count(*) FROM ab_verdicts v WHERE v.run_id = r.id) AS verdicts FROM runs r")
-    params: tuple[Any, ...] = ()
-    if runner_class:
-        sql += " WHERE r.runner_class = ?"
-        params = (runner_class,)
+    sql, params = _where_runner_class(sql, "r", runner_class)
     sql += " ORDER BY r.run_time DESC, r.id DESC"
     if last:
         sql += f" LIMIT {int(last)}"
@@ -202,9 +206,6 @@ def export_rows(db: History, *, runner_class: str | None = None) -> list[dict[st
     sql = ("SELECT s.runner_class, s.cell_id, s.metric, s.name, p.process, p.value, r.run_time, r.commit_id, "
            "r.profile, r.kind, r.sha256, r.versions FROM points p JOIN runs r ON r.id = p.run_id "
            "JOIN series s ON s.id = p.series")
-    params: tuple[Any, ...] = ()
-    if runner_class:
-        sql += " WHERE s.runner_class = ?"
-        params = (runner_class,)
+    sql, params = _where_runner_class(sql, "s", runner_class)
     sql += " ORDER BY s.runner_class, s.cell_id, s.metric, s.name, p.run_time, p.run_id, p.process"
     return [dict(r) for r in db.query(sql, params)]

@@ -299,3 +299,18 @@ def test_an_explicit_class_stays_as_given(tmp_path: Path) -> None:
     assert history.parse_file(write(tmp_path, "forced.json", forced)).runner_class == "cpu-intel-xeon-2c"
     assert history.parse_file(REAL_RUN).runner_class == REAL_CLASS
     assert history.parse_file(REAL_RUN, "cpu-intel-xeon-2c").runner_class == "cpu-intel-xeon-2c"
+
+
+def test_runs_and_export_keep_to_the_runner_class_asked_for(tmp_path: Path) -> None:
+    forced = load_real()
+    forced["machine_info"]["perfsuite"]["detected_runner_class"] = "cpu-other-2c"  # stays cpu-intel-xeon-2c
+    other = write(tmp_path, "other.json", variant(forced, commit="e" * 40, day=41))
+    with history.open_history(tmp_path / "h.sqlite") as db:
+        history.ingest(db, [REAL_RUN, other])
+        assert len(query.runs(db)) == 2
+        for rc in (REAL_CLASS, "cpu-intel-xeon-2c"):
+            assert [r["runner_class"] for r in query.runs(db, runner_class=rc)] == [rc]
+            rows = query.export_rows(db, runner_class=rc)
+            assert rows and {r["runner_class"] for r in rows} == {rc}
+        assert len(query.export_rows(db)) == sum(len(query.export_rows(db, runner_class=rc))
+                                                 for rc in (REAL_CLASS, "cpu-intel-xeon-2c"))

@@ -103,3 +103,33 @@ def test_visible_devices_map_to_physical_indices() -> None:
     assert devicemem.physical_indices([0], {"ROCR_VISIBLE_DEVICES": "4,5,6", "HIP_VISIBLE_DEVICES": "1"},
                                       "amd") == [5]
     assert devicemem.default_indices(4) == [0, 1, 2, 3]
+
+
+def test_library_readers_sum_their_devices_and_shut_down() -> None:
+    from types import SimpleNamespace
+
+    calls: list[str] = []
+    amd = SimpleNamespace(
+        amdsmi_init=lambda: calls.append("init"),
+        amdsmi_get_processor_handles=lambda: ["h0", "h1", "h2"],
+        AmdSmiMemoryType=SimpleNamespace(VRAM="vram"),
+        amdsmi_get_gpu_memory_usage=lambda h, kind: {"h0": 1, "h1": 10, "h2": 100}[h],
+        amdsmi_shut_down=lambda: calls.append("shut"),
+    )
+    r = devicemem.AmdSmiReader(amd, [0, 2])
+    assert r.used_bytes() == 101
+    r.close()
+    assert calls == ["init", "shut"]
+    old = SimpleNamespace(amdsmi_init=lambda: None, amdsmi_get_processor_handles=lambda: ["h0"],
+                          amdsmi_get_gpu_vram_usage=lambda h: {"vram_used": 3})  # no memory_usage, no shut_down
+    r = devicemem.AmdSmiReader(old, [0])
+    assert r.used_bytes() == 3 * 2**20
+    r.close()  # a library without the call is closed quietly
+
+    nv = SimpleNamespace(nvmlInit=lambda: calls.append("nvinit"), nvmlDeviceGetHandleByIndex=lambda i: i,
+                         nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=7 * (h + 1)),
+                         nvmlShutdown=lambda: calls.append("nvshut"))
+    r2 = devicemem.NvmlReader(nv, [0, 1])
+    assert r2.used_bytes() == 7 + 14
+    r2.close()
+    assert calls[-2:] == ["nvinit", "nvshut"]
