@@ -19,10 +19,13 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite import vocabulary
 from perfsuite.errors import UsageError
+
+if TYPE_CHECKING:
+    from perfsuite.gate.sequential import ConfidenceSequence
 
 
 @dataclass
@@ -35,8 +38,8 @@ class Member:
     stat: str  # median / mean / p90 ...
     sample_key: str  # tpot_ms ...
     sign: float  # +1 when larger is worse
-    alpha: float
-    cs: Any = None
+    alpha: float  # its Bonferroni share of the family's alpha
+    cs: ConfidenceSequence  # at level ``alpha``
     kind: str = "open"
     note: str = ""
     threshold: float | None = None  # the policy's relative threshold (the confirmation decides against it)
@@ -63,7 +66,7 @@ def members(cells: Sequence[dict[str, Any]], config: Any, alpha: float,
     from perfsuite.gate.sequential import ConfidenceSequence
     from perfsuite.worker.job import METRICS
 
-    out: list[Member] = []
+    found: list[tuple[Any, ...]] = []
     for c in cells:
         for m in METRICS:
             for pol in config.policies_for(c["id"], test_name(c, m)):
@@ -72,13 +75,11 @@ def members(cells: Sequence[dict[str, Any]], config: Any, alpha: float,
                     continue
                 if select is not None and not select(c["id"], m, pol.metric):
                     continue
-                out.append(Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms",
-                                  -1.0 if pol.direction == "higher_is_better" else 1.0, alpha,
-                                  threshold=pol.threshold, test=test_name(c, m)))
-    per = alpha / max(len(out), 1)
-    for mem in out:
-        mem.alpha = per
-        mem.cs = ConfidenceSequence(per)
+                found.append((c, m, pol, lat))
+    per = alpha / max(len(found), 1)
+    out = [Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms",
+                  -1.0 if pol.direction == "higher_is_better" else 1.0, per, ConfidenceSequence(per),
+                  threshold=pol.threshold, test=test_name(c, m)) for c, m, pol, lat in found]
     return out
 
 

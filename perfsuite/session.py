@@ -4,28 +4,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from perfsuite import pbcompat
 from perfsuite.config import Settings
 
+if TYPE_CHECKING:  # the plugin imports this module: nothing heavy at run time
+    from perfsuite.confirm.session import Confirmation
+    from perfsuite.gate.in_pytest import GateSession
+    from perfsuite.gate.policy import GateConfig
+    from perfsuite.preflight import SuiteLock
+
 
 @dataclass
 class PerfSession:
     settings: Settings
     facts: dict[str, Any]
+    gate_config: GateConfig  # from [tool.perfsuite.gate]
     baseline_json: Path | None = None  # temp --benchmark-json when recording baselines
-    gate_config: Any = None  # perfsuite.gate.GateConfig from [tool.perfsuite.gate]
-    gate: Any = None  # perfsuite.gate.GateSession when comparing
+    gate: GateSession | None = None  # when comparing
     notes: list[str] = field(default_factory=list)
     fail_on_inconclusive: bool = False
-    lock: Any = None  # perfsuite.preflight.SuiteLock held exclusively while recording a baseline
-    sigterm: Any = None  # the SIGTERM handler before this session turned SIGTERM into Ctrl-C (perfsuite.signals)
+    lock: SuiteLock | None = None  # held exclusively while recording a baseline
+    sigterm: object | None = None  # the SIGTERM handler before this session turned SIGTERM into Ctrl-C (perfsuite.signals)
     load: dict[str, Any] | None = None  # the load check before measuring (machine_info.perfsuite.preflight)
     peaks: dict[str, Any] | None = None  # bandwidth / FLOP/s measured at run start (roofline)
-    confirm: Any = None  # perfsuite.confirm.session.Confirmation when comparing
+    confirm: Confirmation | None = None  # when comparing
 
     @property
     def runner_class(self) -> str:

@@ -99,17 +99,6 @@ def policy_help() -> str:
             "stats.{min,max,mean,median} (pytest-benchmark's per-round statistics)")
 
 
-def summary_names(base: str) -> tuple[str, ...]:
-    """``mean_<base>_ms``, ``median_...``, ``p90_...``, ``p99_...``."""
-    return tuple(f"{s}_{base}_ms" for s in SUMMARIES)
-
-
-def base_of_test(test_name: str) -> str | None:
-    """``test_tpot[torch-...]`` -> ``tpot``; None for a test that is not an offline cell's."""
-    base = test_name.split("::")[-1].split("[")[0]
-    return base[5:] if base.startswith("test_") and base[5:] in TIMED else None
-
-
 def pct(x: object, *, signed: bool = True, digits: int = 1, missing: str = "n/a") -> str:
     """A relative change as every table and message writes it: ``+9.4%``; ``missing`` for None, NaN and non-numbers."""
     if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):

@@ -15,13 +15,16 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.cells import cell_of
 from perfsuite.confirm import decision, machine
 from perfsuite.confirm.config import ConfirmConfig
 from perfsuite.confirm.worktree import CannotConfirm, check_commit, temporary_worktree, toplevel
 from perfsuite.vocabulary import pct as _pct
+
+if TYPE_CHECKING:
+    from perfsuite.cotenant import ThreadChoice
 
 # What closing the two sides' workers and removing the worktree takes, kept out of the pairs' share of the budget so
 # that the whole confirmation ends inside it: campaign 6's budget-stopped confirmations ended 177-184 s into 180 s.
@@ -50,7 +53,7 @@ class Confirmation:
     probe: list[str] = field(default_factory=list)
     findings: dict[tuple[str, str], decision.Finding] = field(default_factory=dict)
     summary: list[str] = field(default_factory=list)
-    threads: Any = None  # the cotenant.ThreadChoice of the A/B, once one ran
+    threads: ThreadChoice | None = None  # the A/B's, once one ran
 
     # --------------------------------------------------------------------------------------------- per test
     def review(self, nodeid: str, verdicts: Sequence[Any], fail_msg: str | None, unsure_msg: str | None

@@ -35,7 +35,6 @@ class ReportData:
     new_within: int = 3
     notes: list[str] = field(default_factory=list)
     latest: list[dict[str, Any]] = field(default_factory=list)  # one row per (runner class, cell)
-    latest_sources: list[str] = field(default_factory=list)
     ab: list[dict[str, Any]] = field(default_factory=list)
     ab_sources: list[str] = field(default_factory=list)
     ops: dict[str, Any] | None = None
@@ -202,7 +201,6 @@ def collect(db: History | None, *, runs: list[Path], ab: list[Path], ops: Path |
 
     data.serving = load_files([p.path for p in parsed])
     data.latest = _latest_rows(parsed, db)
-    data.latest_sources = [str(p.path) for p in parsed]
     if ab:
         data.ab = _ab_from_files(ab)
         data.ab_sources = [str(p) for p in ab]

@@ -5,7 +5,7 @@ cross-check and every request's record."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +127,3 @@ def run_point(base_url: str, model: str, point: Point, *, vocab_size: int, cache
                                                                                       after, m),
             "aborted": res.aborted, "failure": metrics.failure(m, max_failed_fraction) or res.aborted,
             "records": [r.as_dict() for r in res.records]}
-
-
-def with_seed(point: Point, seed: int) -> Point:
-    return replace(point, load=replace(point.load, seed=seed))

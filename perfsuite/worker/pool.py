@@ -112,8 +112,7 @@ class Pool:
     plus the model load), which may serve another side too (:func:`pair_pools`); ``spawn`` jobs run in a fresh
     interpreter each (vLLM, which must not be forked)."""
 
-    def __init__(self, side: Side, workdir: Path | None = None, preload: tuple[str, ...] = (),
-                 zygote: Zygote | None = None) -> None:
+    def __init__(self, side: Side, workdir: Path | None = None, preload: tuple[str, ...] = ()) -> None:
         self.side = side
         # A folder of our own making goes on close() unless a failure (named with it) keeps it.
         self._owned = workdir is None
@@ -121,7 +120,7 @@ class Pool:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="perfsuite-workers-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.preload = preload
-        self.zygote = zygote or Zygote(side, self.workdir, preload)
+        self.zygote = Zygote(side, self.workdir, preload)  # started on first use; pair_pools may swap in a shared one
         self._count = 0
         self.current_pid: int | None = None
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from perfsuite import pytest_session
+from perfsuite.gate import parse_config
 from perfsuite.session import GateIncomparable, GateInconclusive, GateOutcome, PerfSession
 
 NODE = "tests/perf/test_latency.py::test_tpot[c]"
@@ -30,8 +31,8 @@ class FakeGate:
 
 
 def session(gate: Any = None, *, strict: bool = False, confirm: Any = None) -> PerfSession:
-    return PerfSession(SimpleNamespace(), {}, gate=gate, fail_on_inconclusive=strict,  # type: ignore[arg-type]
-                       confirm=confirm)
+    return PerfSession(SimpleNamespace(), {}, gate_config=parse_config({}), gate=gate,  # type: ignore[arg-type]
+                       fail_on_inconclusive=strict, confirm=confirm)
 
 
 BENCH = SimpleNamespace(extra_info={"metric": "tpot"},
