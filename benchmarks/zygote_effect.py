@@ -44,8 +44,9 @@ def main() -> None:
     args = p.parse_args()
 
     from perfsuite import scheduler
+    from perfsuite.cells import cell_from_dict
+    from perfsuite.vocabulary import TIMED as METRICS
     from perfsuite.worker import pool
-    from perfsuite.worker.job import METRICS, cell_from_dict
 
     side = pool.this_side()
     env = ((("OMP_NUM_THREADS", str(args.threads)),) if args.threads else ()) + \
@@ -100,8 +101,8 @@ def blocks(args: argparse.Namespace, side: object, cell: object, plan: dict, pre
     """Lockstep A/A pairs in blocks; every block has two fresh zygotes. Pairs that are independent draws around 0
     make the block means' z (trimmed mean over its Yuen SE) ~ N(0, 1); a per-block offset inflates var(z)."""
     from perfsuite import scheduler
+    from perfsuite.vocabulary import TIMED as METRICS
     from perfsuite.worker import pool
-    from perfsuite.worker.job import METRICS
 
     d_blocks: list[list[float]] = []
     t0 = time.monotonic()

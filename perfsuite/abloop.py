@@ -64,7 +64,7 @@ def members(cells: Sequence[dict[str, Any]], config: Any, alpha: float,
     with a Bonferroni share of ``alpha``: valid for any stopping rule."""
     from perfsuite.gate.policy import _LAT
     from perfsuite.gate.sequential import ConfidenceSequence
-    from perfsuite.worker.job import METRICS
+    from perfsuite.vocabulary import TIMED as METRICS
 
     found: list[tuple[Any, ...]] = []
     for c in cells:
@@ -136,15 +136,19 @@ def same_cells(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         only_a, only_b = sorted(set(ca) - set(cb)), sorted(set(cb) - set(ca))
         raise UsageError(f"the sides select different cells (only A: {', '.join(only_a) or '-'}; only B: "
                          f"{', '.join(only_b) or '-'}); use --cells to pick the common ones")
-    for key in ("generations", "warmup_generations"):
-        if a[key] != b[key]:
-            raise UsageError(f"the sides measure differently: {key} {a[key]} (A) vs {b[key]} (B) in profile "
-                             f"{a['profile']}; compare like with like (align [tool.perfsuite.profiles])")
-    for cid in ca:
-        if ca[cid].get("options_hash") != cb[cid].get("options_hash"):
-            raise UsageError(f"cell {cid}: backend options differ between the sides (options hash "
-                             f"{ca[cid].get('options_hash')} vs {cb[cid].get('options_hash')}); a change of options "
-                             "is not a code change: align [tool.perfsuite.backend_options]")
+    from perfsuite.gate.values import MEASURED_ALIKE  # the gate's own list: what "measured alike" means
+
+    for key in MEASURED_ALIKE:
+        if key in a or key in b:  # a plan-level key (generations, warm-up)
+            if a.get(key) != b.get(key):
+                raise UsageError(f"the sides measure differently: {key} {a.get(key)} (A) vs {b.get(key)} (B) in "
+                                 f"profile {a['profile']}; compare like with like (align [tool.perfsuite.profiles])")
+            continue
+        for cid in ca:  # a cell-level key (the options hash)
+            if ca[cid].get(key) != cb[cid].get(key):
+                raise UsageError(f"cell {cid}: backend options differ between the sides ({key} {ca[cid].get(key)} "
+                                 f"vs {cb[cid].get(key)}); a change of options is not a code change: align "
+                                 "[tool.perfsuite.backend_options]")
     return list(ca.values())
 
 
@@ -243,7 +247,7 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
     ``(kind, note)`` after every round ("open" while undecided). ``metrics``: what each cell's workers measure
     (default all). ``lockstep``: both sides' workers of a pair alive together, taking turns generation by
     generation (perfsuite.lockstep; both trees must support it); otherwise one after the other via ``measure``."""
-    from perfsuite.worker.job import METRICS
+    from perfsuite.vocabulary import TIMED as METRICS
 
     rule = BudgetRule(budget_s)
     pairs: list[dict[str, Any]] = []

@@ -95,11 +95,16 @@ def cell_from_dict(d: Mapping[str, Any]) -> Cell:
     return Cell(**kw)
 
 
-def cell_of(item: Any) -> Cell | None:
-    """The cell a collected perf test (a pytest item) is parametrized with (its ``perf_cell``), or None for any other
-    test: the one reader of ``item.callspec``."""
+def param_of(item: Any, name: str) -> Any:
+    """The value a collected test (a pytest item) is parametrized with for ``name`` (``perf_cell``, ``serve_cell``),
+    or None: the one reader of ``item.callspec``."""
     spec = getattr(item, "callspec", None)
-    cell = spec.params.get("perf_cell") if spec is not None else None
+    return spec.params.get(name) if spec is not None else None
+
+
+def cell_of(item: Any) -> Cell | None:
+    """The cell a collected perf test is parametrized with (its ``perf_cell``), or None for any other test."""
+    cell = param_of(item, "perf_cell")
     return cell if isinstance(cell, Cell) else None
 
 
@@ -114,7 +119,13 @@ def identity_of(cell: dict[str, Any]) -> dict[str, Any]:
 def options_hash_of(cell: dict[str, Any]) -> str:
     """The options hash of a stored cell; the same as ``Cell.options_hash``, so a file written before the hash was
     stored (no ``options_hash`` key) can be checked by recomputing it from its ``options``, ``device`` and ``seed``."""
-    blob = json.dumps(identity_of(cell), sort_keys=True, separators=(",", ":"), default=str)
+    return identity_hash(identity_of(cell))
+
+
+def identity_hash(identity: dict[str, Any], separators: tuple[str, str] = (",", ":")) -> str:
+    """The one options hash: 12 hex digits of the sorted JSON of what makes a cell's workload (a latency cell's
+    :func:`identity_of`, a serving cell's load point). ``separators`` only keeps hashes already stored stable."""
+    blob = json.dumps(identity, sort_keys=True, separators=separators, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from perfsuite.doctor import amd_smi_cli, amdsmi_lib, nvml
 from perfsuite.doctor.host import Host
 
-METRICS = ("peak_device_used_bytes", "device_used_baseline_bytes", "peak_device_delta_bytes")
+KEYS = ("peak_device_used_bytes", "device_used_baseline_bytes", "peak_device_delta_bytes")
 
 
 class Reader(Protocol):

@@ -22,7 +22,8 @@ import pytest
 from perfsuite import pbcompat, pytest_session
 from perfsuite.cells import Cell, cell_of
 from perfsuite.session import GateOutcome
-from perfsuite.worker.job import METRICS, ProcessResult
+from perfsuite.vocabulary import TIMED as METRICS
+from perfsuite.worker.job import ProcessResult
 
 if TYPE_CHECKING:
     from perfsuite.session import PerfSession

@@ -287,13 +287,14 @@ def check_machine(session: PerfSession, say: Callable[[str], None]) -> None:
 
 
 def enforce(outcome: GateOutcome) -> None:
-    """Raise an outcome in the calling test: skip it, fail it, or warn (the warning names the caller's line)."""
+    """Raise an outcome in the calling test: skip it, or warn (the warning names the caller's line) and then fail
+    it when it failed (a failing test keeps its warnings: a drift on one metric beside a confirmed regression)."""
     if outcome.skip:
         pytest.skip(outcome.skip)
-    if outcome.failure:
-        pytest.fail(outcome.failure, pytrace=False)
     for w in outcome.warnings:
         warnings.warn(w, stacklevel=2)
+    if outcome.failure:
+        pytest.fail(outcome.failure, pytrace=False)
 
 
 # ------------------------------------------------------------------------------------------- session end

@@ -318,13 +318,3 @@ def annotate_results(results: dict[str, Any], *args: Any, **kwargs: Any) -> list
     from perfsuite import roofline_results
 
     return roofline_results.annotate_results(results, *args, **kwargs)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from perfsuite import roofline_results
-
-    return roofline_results.main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

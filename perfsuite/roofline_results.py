@@ -1,5 +1,5 @@
-"""The roofline of each cell of a results file, after the fact: ``python -m perfsuite.roofline RESULTS.json``
-(perfsuite.roofline re-exports :func:`annotate_results` and :func:`main`)."""
+"""The roofline of each cell of a results file, after the fact: ``perfsuite roofline RESULTS.json``
+(perfsuite.commands.roofline; perfsuite.roofline re-exports :func:`annotate_results`)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def annotate_results(results: dict[str, Any], bandwidth_bytes_per_s: float | Non
 
 
 def add_arguments(p: Any) -> None:
-    """The arguments of ``perfsuite roofline`` (perfsuite.commands.roofline) and ``python -m perfsuite.roofline``."""
+    """The arguments of ``perfsuite roofline`` (perfsuite.commands.roofline)."""
     from pathlib import Path
 
     p.add_argument("results", type=Path, help="a pytest-benchmark JSON file written by perfsuite")
@@ -62,15 +62,6 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--cache-bandwidth", type=float, default=None,
                    help="bytes/s within the LLC (default: the file's, else measured now with --bandwidth unset)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perfsuite.roofline``: the same as ``perfsuite roofline`` (perfsuite.commands.roofline)."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m perfsuite.roofline")
-    add_arguments(p)
-    return run(p.parse_args(argv))
 
 
 def run(a: Any) -> int:

@@ -55,13 +55,14 @@ class PerfSession:
         verdicts = self.gate.check(nodeid, benchmark.extra_info, pbcompat.stats_dict(benchmark))
         msg = self.gate.failure_message(verdicts)
         unsure = self.gate.inconclusive_message(nodeid, verdicts)
+        said: list[Warning] = []
         if self.confirm is not None:  # a screened regression counts only once an A/B on this machine confirms it
-            msg, unsure = self.confirm.review(nodeid, verdicts, msg, unsure)
+            msg, unsure, said = self.confirm.review(nodeid, verdicts, msg, unsure)
         if msg:
-            return GateOutcome(failure=msg)
+            return GateOutcome(failure=msg, warnings=said)
         if unsure and self.fail_on_inconclusive:
-            return GateOutcome(failure=unsure + "\n  (failing because of --perf-fail-on-inconclusive)")
-        return GateOutcome(warnings=[GateInconclusive(unsure)] if unsure else [])
+            return GateOutcome(failure=unsure + "\n  (failing because of --perf-fail-on-inconclusive)", warnings=said)
+        return GateOutcome(warnings=said + ([GateInconclusive(unsure)] if unsure else []))
 
 
 @dataclass(frozen=True)

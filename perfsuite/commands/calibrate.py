@@ -60,12 +60,13 @@ def register(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from perfsuite import cotenant, scheduler
+    from perfsuite.cells import cell_from_dict
     from perfsuite.gate.policy import PolicyError, load_config
     from perfsuite.noise import decompose, format_report
     from perfsuite.progress import Progress
     from perfsuite.serve import calibrate as serve_calibrate
+    from perfsuite.vocabulary import TIMED as METRICS
     from perfsuite.worker import pool
-    from perfsuite.worker.job import METRICS, cell_from_dict
 
     check_locations((args.json, "--json", "file"), cache=True)
     if args.runs < 2:

@@ -18,7 +18,7 @@ from perfsuite.cells import Cell, Scenario
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("overhead", help="measure the harness overhead on TPOT (goal <= 1.01)")
+    p = sub.add_parser("overhead", help="measure the harness overhead on the decode step time (goal <= 1.01)")
     p.add_argument("--backend", default="torch")
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--blocks", type=int, default=10, help="interleaved blocks per method (default 10)")
@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=main)
 
 
-def bare_tpot_ms(backend: Any, prompts: list[list[int]], n: int, generations: int) -> list[float]:
+def bare_decode_steps_ms(backend: Any, prompts: list[list[int]], n: int, generations: int) -> list[float]:
     out = []
     for _ in range(generations):
         step = backend.prefill(prompts)
@@ -55,11 +55,11 @@ def main(args: argparse.Namespace) -> int:
         return 2
     backend.load()
     prompts = models.prompts(1, 64, resolved.vocab_size)
-    bare_tpot_ms(backend, prompts, args.new_tokens, 2)  # warm-up
+    bare_decode_steps_ms(backend, prompts, args.new_tokens, 2)  # warm-up
     suite: list[float] = []
     bare: list[float] = []
     for _ in range(args.blocks):
-        bare += bare_tpot_ms(backend, prompts, args.new_tokens, args.generations)
+        bare += bare_decode_steps_ms(backend, prompts, args.new_tokens, args.generations)
         m = measure.measure_generations(backend, prompts, args.new_tokens, args.generations, 0, ["tpot"])["tpot"]
         suite += [r * 1e3 for r in m.rounds_s]
     backend.close()

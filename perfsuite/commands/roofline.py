@@ -3,7 +3,6 @@
 For each decode (test_tpot, test_e2el) the bytes a step moves (weights + KV cache) over the measured step time, as a
 share of the memory bandwidth; for each prefill the FLOP/s achieved, as a share of the matmul peak. Without
 --bandwidth / --flops it measures this machine's CPU now; a GPU run takes the datasheet figures of --device-name.
-(``python -m perfsuite.roofline`` is the same command.)
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ import math
 import random
 import sys
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,24 +56,24 @@ class Confirmation:
 
     # --------------------------------------------------------------------------------------------- per test
     def review(self, nodeid: str, verdicts: Sequence[Any], fail_msg: str | None, unsure_msg: str | None
-               ) -> tuple[str | None, str | None]:
-        """(failure message or None, the screen's inconclusive message or None) after confirmation; warns itself."""
+               ) -> tuple[str | None, str | None, list[Warning]]:
+        """(failure message or None, the screen's inconclusive message or None, the warnings the calling test is to
+        raise) after confirmation."""
         from perfsuite.gate.values import short_name
 
         screened = [(v.metric, v.kind, self.findings.get((nodeid, v.metric))) for v in verdicts if not v.exact and (
             v.kind == "regression" or (v.kind == "inconclusive" and (nodeid, v.metric) in self.findings))]
         if not screened:
-            return fail_msg, unsure_msg
+            return fail_msg, unsure_msg, []
         out = decision.review(short_name(nodeid), screened, on_unconfirmed=self.config.on_unconfirmed,
                               fail_on_inconclusive=self.fail_on_inconclusive)
         tail = "".join("\n  " + line for line in self.probe)
-        for category, msg in out.warnings:
-            warnings.warn(warning_class(category)(msg + tail), stacklevel=3)
-        exact_failed = any(v.failed and v.exact for v in verdicts)
-        if out.failed or exact_failed:
+        warns = [warning_class(category)(msg + tail) for category, msg in out.warnings]
+        unsure = None if out.settled else unsure_msg
+        if out.failed or any(v.failed and v.exact for v in verdicts):
             lines = "".join("\n  " + line for line in out.fail)
-            return (fail_msg or "perfsuite gate:") + lines + tail, None if out.settled else unsure_msg
-        return None, None if out.settled else unsure_msg
+            return (fail_msg or "perfsuite gate:") + lines + tail, unsure, warns
+        return None, unsure, warns
 
     def summary_lines(self) -> list[str]:
         return ([self.foreign] if self.foreign else []) + self.probe + self.summary

@@ -14,7 +14,7 @@ from perfsuite import changepoint as cpd
 from perfsuite.errors import UsageError
 from perfsuite.history import History, HistoryError, parse_file, query
 from perfsuite.history.ingest import Parsed
-from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT
+from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, pct
 
 
 @dataclass
@@ -74,20 +74,23 @@ def _latest_rows(parsed: list[Parsed], db: History | None, baseline_points: int 
                     if ref:
                         row[f"delta_{want}"] = vals[want] / ref - 1
                         row[f"history_points_{want}"] = len(hist)
-            # the row's tokens/s: end to end (test_e2el) wins over decode only (test_tpot; before 2026-12-01 that
-            # was stored as output throughput too)
-            tps = vals.get(OUTPUT_THROUGHPUT) if r.metric == "e2el" else \
-                vals.get(DECODE_THROUGHPUT, vals.get(OUTPUT_THROUGHPUT)) if r.metric == "tpot" else None
-            if tps is not None:
-                row.setdefault("output_throughput_tokens_per_s", tps)
-                if r.metric == "e2el":
-                    row["output_throughput_tokens_per_s"] = tps
+            # each throughput under its own name: end to end from test_e2el, decode only from test_tpot (which
+            # stored it as output throughput before 2026-12-01)
+            if r.metric == "e2el" and OUTPUT_THROUGHPUT in vals:
+                row[OUTPUT_THROUGHPUT] = vals[OUTPUT_THROUGHPUT]
+            elif r.metric == "tpot" and (DECODE_THROUGHPUT in vals or OUTPUT_THROUGHPUT in vals):
+                row[DECODE_THROUGHPUT] = vals.get(DECODE_THROUGHPUT, vals.get(OUTPUT_THROUGHPUT))
             mem = max((v for n, v in vals.items() if n.startswith("peak_") and n != "peak_reserved_bytes"),
                       default=None)
             if mem is not None:
                 row["peak_bytes"] = max(row.get("peak_bytes", 0), mem)
     for row in rows.values():
-        tps, mem = row.get("output_throughput_tokens_per_s"), row.get("peak_bytes")
+        # the tables' one tokens/s column: end to end where the run has it, else decode only, and it says which
+        kind, tps = (("end to end", row[OUTPUT_THROUGHPUT]) if OUTPUT_THROUGHPUT in row else
+                     ("decode", row[DECODE_THROUGHPUT]) if DECODE_THROUGHPUT in row else ("", None))
+        if tps is not None:
+            row["tokens_per_s"], row["tokens_per_s_kind"] = tps, kind
+        mem = row.get("peak_bytes")
         if tps and mem:
             row["tokens_per_s_per_gib"] = tps / (mem / 2**30)
     return sorted(rows.values(), key=lambda r: (r["runner_class"], r["cell_id"]))
@@ -208,3 +211,19 @@ def collect(db: History | None, *, runs: list[Path], ab: list[Path], ops: Path |
     if data.ops is not None:
         data.ops_delta = _ops_delta(data.ops, _load_ops(ops_previous))
     return data
+
+
+# ----------------------------------------------------------------------------------- cells of both renderings
+def pct_cell(v: Any) -> str:
+    return pct(v, missing="—")
+
+
+def num_cell(v: Any, fmt: str = ".3g") -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) else "—"
+
+
+def tokens_per_s(row: dict[str, Any], key: str = "tokens_per_s") -> str:
+    """A latest-run row's tokens/s (or ``tokens_per_s_per_gib``), marked ``(decode)`` when the run had no end-to-end
+    throughput and the figure counts decode steps only."""
+    text = num_cell(row.get(key), ".0f")
+    return f"{text} (decode)" if row.get("tokens_per_s_kind") == "decode" and key in row else text

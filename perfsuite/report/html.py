@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
 from perfsuite.report import plots
-from perfsuite.report.data import ReportData
-from perfsuite.vocabulary import pct
+from perfsuite.report.data import ReportData, tokens_per_s
+from perfsuite.report.data import num_cell as _num
+from perfsuite.report.data import pct_cell as _pct
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1100px;color:#1f2328;
@@ -19,14 +19,6 @@ text-align:left;vertical-align:top}th{background:#f6f8fa}code{font-size:12px;bac
 .banner{padding:10px 14px;border-radius:6px;background:#f6f8fa;border:1px solid #d0d7de}
 .banner.bad{background:#fdecea;border-color:#f5c2c0}
 """
-
-
-def _pct(v: Any) -> str:
-    return pct(v, missing="—")
-
-
-def _num(v: Any, fmt: str = ".3g") -> str:
-    return format(v, fmt) if isinstance(v, (int, float)) else "—"
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -101,8 +93,8 @@ def render(d: ReportData) -> str:
             rows.append([escape(r["runner_class"]), f"<code>{escape(r['cell_id'])}</code>",
                          _num(r.get("median_ttft_ms")), _pct(r.get("delta_median_ttft_ms")),
                          _num(r.get("median_tpot_ms")), _pct(r.get("delta_median_tpot_ms")),
-                         _num(r.get("output_throughput_tokens_per_s"), ".0f"),
-                         _num(mem / 2**20 if mem else None, ".0f"), _num(r.get("tokens_per_s_per_gib"), ".0f")])
+                         tokens_per_s(r),
+                         _num(mem / 2**20 if mem else None, ".0f"), tokens_per_s(r, "tokens_per_s_per_gib")])
         parts.append(_table(["runner class", "cell", "TTFT p50 ms", "Δ", "TPOT p50 ms", "Δ", "tokens/s", "peak MiB",
                              "tokens/s per GiB"], rows))
 

@@ -3,20 +3,11 @@ we stay far below by listing what needs attention first and cutting long tables)
 
 from __future__ import annotations
 
-from typing import Any
-
-from perfsuite.report.data import ReportData
-from perfsuite.vocabulary import pct
+from perfsuite.report.data import ReportData, tokens_per_s
+from perfsuite.report.data import num_cell as _num
+from perfsuite.report.data import pct_cell as _pct
 
 MAX_ROWS = 40
-
-
-def _pct(v: Any) -> str:
-    return pct(v, missing="—")
-
-
-def _num(v: Any, fmt: str = ".3g") -> str:
-    return format(v, fmt) if isinstance(v, (int, float)) else "—"
 
 
 def _cut(rows: list[str], total: int, what: str) -> list[str]:
@@ -85,8 +76,8 @@ def render(d: ReportData) -> str:
             mem = r.get("peak_bytes")
             out.append(f"| {r['runner_class']} | `{r['cell_id']}` | {_num(r.get('median_ttft_ms'))} | "
                        f"{_pct(r.get('delta_median_ttft_ms'))} | {_num(r.get('median_tpot_ms'))} | "
-                       f"{_pct(r.get('delta_median_tpot_ms'))} | {_num(r.get('output_throughput_tokens_per_s'), '.0f')} | "
-                       f"{_num(mem / 2**20 if mem else None, '.0f')} | {_num(r.get('tokens_per_s_per_gib'), '.0f')} |")
+                       f"{_pct(r.get('delta_median_tpot_ms'))} | {tokens_per_s(r)} | "
+                       f"{_num(mem / 2**20 if mem else None, '.0f')} | {tokens_per_s(r, 'tokens_per_s_per_gib')} |")
         _cut(out, len(d.latest), "cells")
         out.append("")
 

@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite import vocabulary
 from perfsuite.errors import UsageError
+from perfsuite.vocabulary import LATENCIES
 
-METRICS = vocabulary.LATENCIES
 _FLOOR_MS = 1e-6  # a TPOT/ITL of 0 (tokens flushed in one read) on the log scale
 
 
@@ -42,7 +41,7 @@ def measure(cells: Sequence[Any], conf: Any, runs: int, starts: int, gap_s: floa
     from perfsuite.serve import cell as sc
 
     run_all = measure_fn or sc.measure
-    values: dict[str, Any] = {c.id: {m: [[] for _ in range(runs)] for m in METRICS} for c in cells}
+    values: dict[str, Any] = {c.id: {m: [[] for _ in range(runs)] for m in LATENCIES} for c in cells}
     walls: list[float] = []
     per_run = dataclasses.replace(conf, server_starts=starts)
     for r in range(runs):
@@ -56,7 +55,7 @@ def measure(cells: Sequence[Any], conf: Any, runs: int, starts: int, gap_s: floa
             if cr.error:
                 raise UsageError(f"{cid}: {cr.error.splitlines()[0]}")
             for rep in cr.replicates:
-                for m in METRICS:
+                for m in LATENCIES:
                     g = [max(float(v), _FLOOR_MS) for v in rep.result["samples"].get(f"{m}_ms", [])]
                     if g:
                         values[cid][m][r].append((float(np.median(g)), g))

@@ -58,13 +58,12 @@ class ServeCell:
         return f"{BACKEND}-{model_slug(self.model)}-{self.dtype}-{pc}-{self.point.slug}"
 
     def as_dict(self) -> dict[str, Any]:
-        import hashlib
-        import json
+        from perfsuite.cells import identity_hash
 
         ident = {"point": self.point.as_dict(), "prefix_caching": self.prefix_caching, "device": "cpu"}
         return {"backend": BACKEND, "model": self.model, "dtype": self.dtype, "prefix_caching": self.prefix_caching,
                 "point": self.point.as_dict(), "id": self.id, "device": "cpu", "seed": self.seed,
-                "options_hash": hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]}
+                "options_hash": identity_hash(ident, separators=(", ", ": "))}  # as serving runs were recorded
 
 
 @dataclass(frozen=True)

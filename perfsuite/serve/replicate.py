@@ -20,9 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite import vocabulary
-
-METRICS = vocabulary.LATENCIES
+from perfsuite.vocabulary import LATENCIES
 
 
 def select(conf: Any, args: Mapping[str, Any]) -> list[Any]:
@@ -130,10 +128,10 @@ def measure(side: Any, cell: Mapping[str, Any], profile: str, index: int, label:
         return ProcessResult(index=index, pid=0, label=label, metrics={}, backend_info={}, load_s=0.0, wall_s=wall,
                              perfsuite_file="", error=str(out["error"]).splitlines()[0], detail=str(out["error"]))
     res = out["result"]
-    samples = {f"{m}_ms": list(res["samples"].get(f"{m}_ms", [])) for m in METRICS}
+    samples = {f"{m}_ms": list(res["samples"].get(f"{m}_ms", [])) for m in LATENCIES}
     tokens = int(res["metrics"].get("total_output_tokens", 0))
     ms = {m: MetricResult(rounds_s=[v / 1e3 for v in samples[f"{m}_ms"]], samples=samples, generated_tokens=tokens,
-                          first_tokens=[], memory={}) for m in METRICS}
+                          first_tokens=[], memory={}) for m in LATENCIES}
     return ProcessResult(index=index, pid=int(out["pid"]), label=label, metrics=ms,
                          backend_info={"server_start_s": out["start_s"], "metrics": res["metrics"],
                                        "prometheus": res["prometheus"], "sweep": res.get("sweep")},

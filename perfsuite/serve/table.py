@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from perfsuite import vocabulary
 from perfsuite.serve.cell import BACKEND
+from perfsuite.vocabulary import LATENCIES
 
-METRICS = vocabulary.LATENCIES
 COLUMNS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms", "request_throughput",
            "request_goodput")
 
@@ -22,7 +21,7 @@ def by_cell(data: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     for b in data.get("benchmarks", []):
         info = b.get("extra_info") or {}
         cell = info.get("cell") or {}
-        if cell.get("backend") == BACKEND and info.get("metric") in METRICS:
+        if cell.get("backend") == BACKEND and info.get("metric") in LATENCIES:
             out.setdefault(str(cell.get("id")), {})[info["metric"]] = b
     return out
 
@@ -50,8 +49,8 @@ def rows(current: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> l
     out = [head, "-" * len(head)]
     knees = []
     for cid, tests in cur.items():
-        vals = [((tests.get(m) or {}).get("extra_info") or {}).get(f"median_{m}_ms") for m in METRICS]
-        info = next(((tests[m].get("extra_info") or {}) for m in METRICS if m in tests), {})
+        vals = [((tests.get(m) or {}).get("extra_info") or {}).get(f"median_{m}_ms") for m in LATENCIES]
+        info = next(((tests[m].get("extra_info") or {}) for m in LATENCIES if m in tests), {})
         vals += [info.get("request_throughput"), info.get("request_goodput")]
         o = old.get(cid, {})
         out.append(f"{cid:<64} " + " ".join(f"{_num(v):>{max(len(c), 9)}}" for c, v in zip(COLUMNS, vals,

@@ -10,17 +10,16 @@ from typing import Any
 from perfsuite import vocabulary
 from perfsuite.cells import Cell, cell_from_dict
 
-METRICS = vocabulary.TIMED  # tests/perf/test_latency.py has test_<metric>
 PROTOCOL = 1  # bump when a job or result field changes meaning
-__all__ = ["METRICS", "PROTOCOL", "cell_from_dict"]
+__all__ = ["PROTOCOL", "cell_from_dict"]
 
 
 def make_job(cell: Cell, metrics: list[str], *, generations: int, warmup: int, cache_dir: str | None,
              index: int = 0, label: str = "", cprofile: bool = False) -> dict[str, Any]:
     """The wire form of one job (perfsuite.scheduler.Job.wire); the worker measures ``metrics`` in one loop."""
-    bad = [m for m in metrics if m not in METRICS]
+    bad = [m for m in metrics if m not in vocabulary.TIMED]  # tests/perf/test_latency.py has test_<metric>
     if bad or not metrics:
-        raise ValueError(f"metrics must be a non-empty subset of {METRICS}, got {metrics}")
+        raise ValueError(f"metrics must be a non-empty subset of {vocabulary.TIMED}, got {metrics}")
     return {"protocol": PROTOCOL, "cell": {**cell.as_dict(), "model": _absolute(cell.model)},
             "metrics": list(metrics), "generations": int(generations), "warmup": int(warmup), "cache_dir": cache_dir,
             "index": int(index), "label": label, "cprofile": bool(cprofile)}

@@ -3,9 +3,7 @@ warnings (perfsuite.confirm.session.Confirmation.review), with injected verdicts
 
 from __future__ import annotations
 
-import warnings
-
-import pytest
+import re
 
 from perfsuite.confirm.config import ConfirmConfig
 from perfsuite.confirm.decision import Finding
@@ -30,15 +28,16 @@ def conf(**kw: object) -> Confirmation:
 def test_refuted_regression_passes_with_drift_and_probe() -> None:
     c = conf()
     c.findings[(NODE, "median_tpot_ms")] = Finding("refuted", "median_tpot_ms", 0.0, -0.02, 0.02, 20, drift=0.2)
-    with pytest.warns(GateDrift, match=r"(?s)drift, not code.*20.0% slower.*machine probe: copy bandwidth"):
-        fail, unsure = c.review(NODE, [verdict("regression")], "perfsuite gate: significant regression", None)
+    fail, unsure, said = c.review(NODE, [verdict("regression")], "perfsuite gate: significant regression", None)
     assert fail is None and unsure is None
+    assert [type(w) for w in said] == [GateDrift]
+    assert re.search(r"(?s)drift, not code.*20.0% slower.*machine probe: copy bandwidth", str(said[0]))
 
 
 def test_confirmed_regression_keeps_the_screen_and_adds_the_ab() -> None:
     c = conf()
     c.findings[(NODE, "median_tpot_ms")] = Finding("confirmed", "median_tpot_ms", 0.2, 0.1, 0.3, 20, drift=0.0)
-    fail, _ = c.review(NODE, [verdict("regression")], "perfsuite gate: significant regression", None)
+    fail, _, _ = c.review(NODE, [verdict("regression")], "perfsuite gate: significant regression", None)
     assert fail is not None and fail.startswith("perfsuite gate: significant regression")
     assert "regression confirmed" in fail and "machine probe" in fail
 
@@ -47,24 +46,22 @@ def test_an_exact_failure_still_fails_when_the_latency_is_refuted() -> None:
     c = conf()
     c.findings[(NODE, "median_tpot_ms")] = Finding("refuted", "median_tpot_ms", 0.0, -0.02, 0.02, 20)
     exact = verdict("regression", "generated_tokens", "exact")
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        fail, _ = c.review(NODE, [verdict("regression"), exact], "perfsuite gate: regression", None)
-    assert fail is not None
+    fail, _, said = c.review(NODE, [verdict("regression"), exact], "perfsuite gate: regression", None)
+    assert fail is not None and [type(w) for w in said] == [GateDrift]
 
 
 def test_warn_policy_and_untouched_verdicts() -> None:
     c = conf(policy="warn")
     c.findings[(NODE, "median_tpot_ms")] = Finding("unconfirmed", "median_tpot_ms", reason="x is not a git checkout")
-    with pytest.warns(GateUnconfirmed, match="not a git checkout"):
-        fail, _ = c.review(NODE, [verdict("regression")], "perfsuite gate: regression", None)
+    fail, _, said = c.review(NODE, [verdict("regression")], "perfsuite gate: regression", None)
     assert fail is None
+    assert [type(w) for w in said] == [GateUnconfirmed] and "not a git checkout" in str(said[0])
     # no screened regression: the stored verdict's messages pass through unchanged
-    assert conf().review(NODE, [verdict("inconclusive")], None, "could not decide") == (None, "could not decide")
+    assert conf().review(NODE, [verdict("inconclusive")], None, "could not decide") == (None, "could not decide", [])
 
 
 def test_confirmed_inconclusive_screen_replaces_its_warning() -> None:
     c = conf(confirm_inconclusive=True)
     c.findings[(NODE, "median_tpot_ms")] = Finding("confirmed", "median_tpot_ms", 0.1, 0.05, 0.2, 30)
-    fail, unsure = c.review(NODE, [verdict("inconclusive")], None, "could not decide")
+    fail, unsure, _ = c.review(NODE, [verdict("inconclusive")], None, "could not decide")
     assert fail is not None and "regression confirmed" in fail and unsure is None

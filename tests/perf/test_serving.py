@@ -8,6 +8,7 @@ start. The smoke profile has no serving points: these tests are then not collect
 
 import pytest
 
+from perfsuite.cells import param_of
 from perfsuite.serve import cell as serve_cell
 from perfsuite.serve import record
 from perfsuite.session import SESSION_KEY
@@ -43,8 +44,7 @@ def serve_measurements(request, perf_session):
     conf = _conf(request.config)
     cells = {}
     for item in request.session.items:
-        spec = getattr(item, "callspec", None)
-        c = spec.params.get("serve_cell") if spec is not None else None
+        c = param_of(item, "serve_cell")
         if c is not None:
             cells.setdefault(c.id, c)
     tr = request.config.pluginmanager.get_plugin("terminalreporter")

@@ -63,7 +63,17 @@ def test_markdown_summary_names_what_needs_attention(report_dir: Path) -> None:
     assert "absent -> pass" not in md  # cells that appear passing are no news
     latest = next(line for line in md.splitlines() if line.startswith(f"| {REAL_CLASS} | `{TORCH}`"))
     assert latest.count("%") == 2  # TTFT and TPOT change against history
+    assert "(decode)" not in latest  # the run has test_e2el: its tokens/s is end to end, not test_tpot's decode rate
     assert len(md.encode()) < 100_000
+
+
+def test_a_decode_only_throughput_says_so() -> None:
+    from perfsuite.report.data import tokens_per_s
+
+    decode = {"tokens_per_s": 529.4, "tokens_per_s_kind": "decode", "tokens_per_s_per_gib": 1200.0}
+    assert tokens_per_s(decode) == "529 (decode)" and tokens_per_s(decode, "tokens_per_s_per_gib") == "1200 (decode)"
+    assert tokens_per_s({"tokens_per_s": 456.2, "tokens_per_s_kind": "end to end"}) == "456"
+    assert tokens_per_s({}) == "—"
 
 
 def test_html_is_self_contained_with_the_plots(report_dir: Path) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from stub_started import started_stub  # tests/serve is on sys.path (prepend import mode)
 
+from perfsuite import vocabulary
 from perfsuite.cli import main as cli
 from perfsuite.gate.policy import load_config
 from perfsuite.serve import calibrate as scal
@@ -43,7 +44,7 @@ def _fake_measure(between_cv: float, seed: int = 0):
             for c in cells:
                 vals = list(level * np.exp(rng.normal(0, 0.05, 200)))
                 out[c.id].replicates.append(Replicate(s, 1, 1.0, {"samples": {f"{m}_ms": vals for m in
-                                                                               scal.METRICS}}))
+                                                                               vocabulary.LATENCIES}}))
         return out
 
     return run
@@ -82,7 +83,7 @@ def test_calibrate_runs_serving_cells_on_server_starts(monkeypatch, tmp_path, ca
     rep = json.loads(out.read_text())["serving"]
     assert rep["replicate"] == "server start" and rep["workers"] == 2 and rep["gate_server_starts"] == 1
     (cell,) = rep["cells"].values()
-    assert set(cell) == set(scal.METRICS) and all(math.isfinite(d["gate_mde"]) for d in cell.values())
+    assert set(cell) == set(vocabulary.LATENCIES) and all(math.isfinite(d["gate_mde"]) for d in cell.values())
     assert "serving cells: a replicate is a server start" in capsys.readouterr().out
 
 

@@ -58,7 +58,8 @@ def test_arrivals_at_the_stub_match_the_schedule():
         res = run_load(stub.base_url, "stub", reqs, spec)
     late = np.array([r.sent_s for r in res.records]) - schedule(spec)
     assert late.min() >= 0  # never early
-    assert np.median(late) < 0.005 and late.max() < 0.5  # a shared 2-core machine has hiccups; the median holds
+    gap = 1 / spec.rate  # the schedule's mean inter-arrival time: lateness is judged against it, not a clock figure
+    assert np.median(late) < 0.2 * gap and late.max() < 20 * gap  # a shared 2-core machine has hiccups; the median holds
     arr = np.array(stub.arrivals) - stub.arrivals[0]
     assert np.corrcoef(arr, schedule(spec))[0, 1] > 0.999
     m = metrics.compute(res)
@@ -153,8 +154,9 @@ def test_max_concurrency_caps_in_flight_and_queue_wait_is_not_dispatch_delay():
     starts = sorted((r.sent_s, r.sent_s + r.latency_s) for r in res.records)
     for s, _ in starts:
         assert sum(a <= s + 1e-4 < b for a, b in starts) <= 2
-    assert max(r.queue_s for r in res.records) > 0.1  # the later ones waited for a slot...
-    assert np.median([r.dispatch_delay_s for r in res.records]) < 0.01  # ...which is not the client's lateness
+    waited = max(r.queue_s for r in res.records)
+    assert waited > 0.1  # the later ones waited for a slot (two 80 ms requests ahead of them)...
+    assert np.median([r.dispatch_delay_s for r in res.records]) < waited / 10  # ...which is not the client's lateness
 
 
 def test_closed_loop_users_send_back_to_back():

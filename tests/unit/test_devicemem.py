@@ -61,7 +61,7 @@ def test_sampler_catches_a_transient_peak() -> None:
     assert info["device_memory_source"] == "VmRSS" and r.samples >= 5
     assert info["peak_device_delta_bytes"] >= 0.8 * block  # seen while it lived, freed before the block ended
     assert info["peak_device_used_bytes"] == info["device_used_baseline_bytes"] + info["peak_device_delta_bytes"]
-    assert set(devicemem.METRICS) <= set(info)
+    assert set(devicemem.KEYS) <= set(info)
 
 
 def test_a_failing_reader_keeps_the_peak_and_says_why() -> None:
