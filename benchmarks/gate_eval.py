@@ -638,10 +638,6 @@ def cmd_report(out: Path) -> None:
 
 
 def main() -> None:
-    # Started with `&` from a script (`nohup ... &`), a process inherits SIGINT *ignored*, and so do its children:
-    # `kill -INT -- -PGID` then stopped nothing (2026-12-04). Ctrl-C semantics back, for this process and its trials.
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("trees")
@@ -680,4 +676,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Started with `&` from a script (`nohup ... &`), a process inherits SIGINT *ignored*: `kill -INT` then stopped
+    # nothing (2026-12-04). perfsuite.signals.stoppable gives Ctrl-C back, and SIGTERM the same path.
+    from perfsuite.signals import stoppable
+
+    with stoppable():
+        main()

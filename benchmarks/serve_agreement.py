@@ -201,4 +201,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfsuite.signals import stoppable  # kill -INT / -TERM end it with its server and clients
+
+    with stoppable():
+        sys.exit(main())

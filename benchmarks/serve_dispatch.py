@@ -70,4 +70,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfsuite.signals import stoppable  # kill -INT / -TERM end it with its server and clients
+
+    with stoppable():
+        main()

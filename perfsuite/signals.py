@@ -44,3 +44,14 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         restore(old)
+
+
+@contextlib.contextmanager
+def stoppable() -> Iterator[None]:
+    """For a long-running script (a benchmark that starts servers and workers): Ctrl-C works even when the process
+    was started in the background by a shell script (``nohup ... &`` starts it with SIGINT *ignored*, so ``kill -INT``
+    stops nothing), and SIGTERM takes the Ctrl-C path, so either ends it with its children."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    with sigterm_as_interrupt():
+        yield

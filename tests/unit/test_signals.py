@@ -51,3 +51,24 @@ def test_cli_turns_sigterm_into_exit_143(monkeypatch: pytest.MonkeyPatch, capsys
     sub.choices["doctor"].set_defaults(func=main)  # a real command whose work is replaced by the SIGTERM above
     assert cli.main(["doctor"]) == 143
     assert "terminated (SIGTERM)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_script_started_with_sigint_ignored_still_stops_and_cleans_up(sig: int) -> None:
+    """``nohup script &`` from a shell script starts Python with SIGINT ignored; inside ``stoppable`` both kill -INT
+    and kill -TERM take the Ctrl-C path, so a ``finally`` (stopping a server, its clients) runs."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time\nfrom perfsuite.signals import stoppable\nwith stoppable():\n    try:\n"
+            "        print('ready', flush=True); time.sleep(60)\n    except KeyboardInterrupt:\n"
+            "        print('cleaned up', flush=True); sys.exit(3)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3 and "cleaned up" in out
