@@ -638,6 +638,15 @@ def cmd_report(out: Path) -> None:
 
 
 def main() -> None:
+    # Started with `&` from a script (`nohup ... &`), a process inherits SIGINT *ignored*: `kill -INT` then stopped
+    # nothing (2026-12-04). perfsuite.signals.stoppable gives Ctrl-C back, and SIGTERM the same path.
+    from perfsuite.signals import stoppable
+
+    with stoppable():
+        _main()
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("trees")
@@ -676,9 +685,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Started with `&` from a script (`nohup ... &`), a process inherits SIGINT *ignored*: `kill -INT` then stopped
-    # nothing (2026-12-04). perfsuite.signals.stoppable gives Ctrl-C back, and SIGTERM the same path.
-    from perfsuite.signals import stoppable
-
-    with stoppable():
-        main()
+    main()

@@ -156,21 +156,19 @@ def test_annotate_results_of_a_recorded_quiet_machine_run(capsys: pytest.Capture
     assert tpot["roofline_bound"] == "llc-unknown"  # the file recorded no LLC size: the DRAM copy is the reference
     assert 0 < tpot["bandwidth_efficiency_measured"] <= 1
     assert rows["ttft"]["prefill_flops"] == pytest.approx(rl.prefill_flops(s, 1, 64))
-    assert rl.main([str(path), "--bandwidth", "13e9", "--flops", "120e9", "--llc-bytes", str(8 * 2**20)]) == 0
-    assert "of measured dram copy 13.00 GB/s [dram]" in capsys.readouterr().out
-    # The 14.2 MB working set in a 32 MiB LLC: against the LLC copy, or no share at all; never a DRAM share.
-    assert rl.main([str(path), "--bandwidth", "13e9", "--flops", "1e11", "--llc-bytes", str(32 * 2**20)]) == 0
-    out = capsys.readouterr().out
-    assert "no share [cache-resident]: cache-resident: the 14.2 MB decode working set fits the 32 MiB LLC" in out
-    assert "dram copy" not in out
-    assert rl.main([str(path), "--bandwidth", "13e9", "--flops", "1e11", "--llc-bytes", str(32 * 2**20),
-                    "--cache-bandwidth", "200e9"]) == 0
-    assert "of measured LLC copy 200.00 GB/s [cache-resident]" in capsys.readouterr().out
-    # `perfsuite roofline` is the same command, with one-line errors for a missing or unreadable file
+    # `perfsuite roofline`, the one command for it (one-line errors for a missing or unreadable file)
     from perfsuite.cli import main as cli
 
     assert cli(["roofline", str(path), "--bandwidth", "13e9", "--flops", "120e9", "--llc-bytes", str(8 * 2**20)]) == 0
     assert "of measured dram copy 13.00 GB/s [dram]" in capsys.readouterr().out
+    # The 14.2 MB working set in a 32 MiB LLC: against the LLC copy, or no share at all; never a DRAM share.
+    assert cli(["roofline", str(path), "--bandwidth", "13e9", "--flops", "1e11", "--llc-bytes", str(32 * 2**20)]) == 0
+    out = capsys.readouterr().out
+    assert "no share [cache-resident]: cache-resident: the 14.2 MB decode working set fits the 32 MiB LLC" in out
+    assert "dram copy" not in out
+    assert cli(["roofline", str(path), "--bandwidth", "13e9", "--flops", "1e11", "--llc-bytes", str(32 * 2**20),
+                "--cache-bandwidth", "200e9"]) == 0
+    assert "of measured LLC copy 200.00 GB/s [cache-resident]" in capsys.readouterr().out
     bad = path.parent / "no-such-run.json"
     assert cli(["roofline", str(bad), "--bandwidth", "13e9", "--flops", "1e11"]) == 2
     assert "no such results file" in capsys.readouterr().err
