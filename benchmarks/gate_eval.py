@@ -579,7 +579,7 @@ def cmd_dispersion(outs: list[Path]) -> None:
 
 def _overrun_lines(recs: list[dict[str, Any]]) -> list[str]:
     """ab's own elapsed time (setup + pairs) against its budget, per trial that ran to the budget; recorded by
-    trials since 2026-12-04 23:20 (earlier ones have the command's wall only)."""
+    trials since 2026-12-04 23:17 (earlier ones have the command's wall only)."""
     rs = [r for r in recs if r["kind"] == "ab" and r.get("ab_elapsed_s") is not None and r["stopped"] == "budget"]
     if not rs:
         return []
@@ -588,7 +588,7 @@ def _overrun_lines(recs: list[dict[str, Any]]) -> list[str]:
     in_pairs = [o / r["pair_wall_max_s"] for o, r in over if r.get("pair_wall_max_s")]
     return ["", f"Budget: {len(rs)} ab trial(s) ran to their budget; ab's own clock (setup + pairs) overran it by at most "
             f"{worst:+.1f} s ({wr['key']}, budget {wr['budget_s']:.0f} s, its slowest pair {wr['pair_wall_max_s']:.1f} s, "
-            f"median pair {wr['pair_wall_median_s']:.1f} s); overrun / slowest pair: max {max(in_pairs):.2f}, "
+            f"median pair {wr['pair_wall_median_s']:.1f} s); overrun / slowest pair: max {max(in_pairs, default=float('nan')):.2f}, "
             f"{sum(x > 1 for x in in_pairs)} of {len(in_pairs)} above one pair. The command's wall adds interpreter "
             f"start and exit: max {max(r['wall_s'] - r['budget_s'] for r in rs):+.1f} s over the budget."]
 
