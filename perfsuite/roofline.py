@@ -112,12 +112,6 @@ def kv_cache_bytes(shape: ModelShape, dtype: str, batch: int, context: float) ->
     return 2 * shape.layers * shape.kv_heads * shape.head_dim * context * batch * DTYPE_BYTES[dtype]
 
 
-def decode_bytes_per_step(shape: ModelShape, dtype: str, batch: int, context: float,
-                          quantization: str = "none", kv_dtype: str | None = None) -> float:
-    return (weight_bytes_per_step(shape, dtype, batch, quantization)
-            + kv_cache_bytes(shape, kv_dtype or dtype, batch, context))
-
-
 def decode_flops_per_step(shape: ModelShape, batch: int, context: float) -> float:
     matmul = 2 * (shape.linear_params() + shape.vocab * shape.hidden) * batch
     attn = 4 * shape.layers * shape.heads * shape.head_dim * context * batch

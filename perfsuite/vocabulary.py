@@ -44,8 +44,8 @@ EXACT = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_res
          "peak_device_used_bytes", "peak_device_delta_bytes")
 
 # vllm bench serve's own keys, as its --save-result JSON spells them
-SERVING_KEYS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
-                "completed", "failed")
+SERVING_THROUGHPUT = ("request_throughput", "request_goodput", "output_throughput", "total_token_throughput")
+SERVING_KEYS = (*SERVING_THROUGHPUT, "completed", "failed")
 
 LATENCY_NAME = re.compile(rf"^(mean|median|min|p[1-9][0-9]?)_({'|'.join(LATENCIES)})_ms$")
 # what a stored run may hold per latency base: the summaries above, min (a gate statistic) and serving's std

@@ -57,10 +57,6 @@ class TorchBackend(StepBackend):
             self.model.forward = torch.compile(self.model.forward, dynamic=True,
                                                mode=self.cell.option("compile_mode", None))
 
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]]) -> StepResult:
         ids = torch.tensor(prompts, dtype=torch.long, device=self.device)

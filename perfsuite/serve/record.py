@@ -14,12 +14,12 @@ import pytest
 from perfsuite import pbcompat, pytest_session
 from perfsuite.serve.cell import BACKEND, CellRuns, ServeCell, ServingConfig
 from perfsuite.session import GateOutcome
+from perfsuite.vocabulary import SERVING_THROUGHPUT
 
 if TYPE_CHECKING:
     from perfsuite.session import PerfSession
 
 METRIC_OF_TEST = {f"test_{m}_under_load": m for m in ("ttft", "tpot", "itl", "e2el")}
-THROUGHPUTS = ("request_throughput", "request_goodput", "output_throughput", "total_token_throughput")
 
 
 def selected(session: PerfSession, conf: ServingConfig) -> list[ServeCell]:
@@ -82,7 +82,7 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
     for stat in ("mean", "median", "p90", "p99"):
         info[f"{stat}_{metric}_ms"] = stats.statistic(values, stat)
     per_start = [rep.result["metrics"] for rep in reps]
-    for k in THROUGHPUTS:
+    for k in SERVING_THROUGHPUT:
         if all(k in m for m in per_start):
             info[k] = float(np.mean([m[k] for m in per_start]))
     info["p99_dispatch_delay_ms"] = max(m["p99_dispatch_delay_ms"] for m in per_start)

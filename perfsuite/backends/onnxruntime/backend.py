@@ -234,10 +234,6 @@ class OrtBackend(StepBackend):
             d["max_input_shapes_per_session"] = max(counts.values(), default=0)
         return d
 
-    def input_shapes_per_generation(self) -> dict[str, int]:
-        """Distinct input shapes each session was fed in the last generation (the static decoder: 1 each)."""
-        return self.runner.shapes.counts() if self.runner is not None else {}
-
     def close(self) -> None:
         self.sess = None
         self.runner = None

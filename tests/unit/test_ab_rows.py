@@ -1,0 +1,26 @@
+"""ab's verdict rows name the pytest test whose policy gated the metric: ``test_{m}_under_load[...]`` for a serving
+cell (docs/serving.md once listed rows named ``test_ttft[...]`` for them), ``test_{m}[...]`` for an offline one."""
+
+from __future__ import annotations
+
+import math
+
+from perfsuite import abloop
+from perfsuite.gate.sequential import ConfidenceSequence
+
+SERVE = {"id": "vllm-serve-tiny-llama-float32-pc-random-i64-o16-poisson-r4-n16", "backend": "vllm-serve"}
+OFFLINE = {"id": "torch-tiny-llama-float32-b1-p64-n32", "backend": "torch"}
+
+
+def test_test_name_follows_the_cell_kind() -> None:
+    assert abloop.test_name(SERVE, "ttft") == f"test_ttft_under_load[{SERVE['id']}]"
+    assert abloop.test_name(OFFLINE, "tpot") == f"test_tpot[{OFFLINE['id']}]"
+
+
+def test_a_serving_row_names_its_under_load_test() -> None:
+    m = abloop.Member(SERVE["id"], "ttft", "median_ttft_ms", "median", "ttft_ms", 1.0, 0.01, ConfidenceSequence(0.01),
+                      test=abloop.test_name(SERVE, "ttft"))
+    for a, b in [(50.0, 51.0), (49.0, 50.5), (52.0, 52.5)]:
+        m.cs.update(math.log(b / a))
+    r = abloop.row(m, tau=0.05, eps=0.01, pair_s=10.0, power=0.8)
+    assert r["test"] == f"test_ttft_under_load[{SERVE['id']}]" and r["metric"] == "median_ttft_ms"
