@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from scipy import stats as st
 
 from perfsuite.serve import promcheck, wirecap
 from perfsuite.serve.cell import started_server
@@ -93,6 +94,18 @@ def serving(a: argparse.Namespace, tmp: Path) -> Iterator[tuple[Server, str, int
         yield srv, "stub", 2048, cache, tok
 
 
+def paired_ratio(ours: list[float], theirs: list[float]) -> dict:
+    """Ours over vLLM's within each ABBA pair, as a geometric mean with a 95 % t interval over the pairs: the two
+    runs of a pair are adjacent in time, so the server's slow drift between pairs cancels, which the ratio of the
+    two clients' medians over all runs does not do."""
+    d = np.log(np.asarray(ours, dtype=float)) - np.log(np.asarray(theirs, dtype=float))
+    if d.size < 2 or not np.all(np.isfinite(d)):
+        return {"pairs": int(d.size), "ratio": float(np.exp(d.mean())) if d.size else None, "ci95": None}
+    half = float(st.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size))
+    return {"pairs": int(d.size), "ratio": float(np.exp(d.mean())),
+            "ci95": [float(np.exp(d.mean() - half)), float(np.exp(d.mean() + half))]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny-llama")
@@ -104,6 +117,9 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--prompt", choices=("ids", "text"), default="ids",
                     help="our client's prompts: token ids (the cells' default) or the same tokens as text, as vLLM's")
+    ap.add_argument("--server-warmup", type=int, default=1,
+                    help="unrecorded runs of our client at each load point before the pairs (the first run after the "
+                         "server's start reads slower: docs/serving.md, 2026-12-05)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--stub", nargs=2, type=float, metavar=("TTFT_S", "ITL_S"),
                     help="measure against the stub server streaming with these delays instead of vLLM's")
@@ -127,8 +143,15 @@ def main() -> int:
         out["client_cpus"] = sorted(os.sched_getaffinity(0))
         out["server"] = "stub" if a.stub else a.model
         out["our_prompts"] = a.prompt
+        out["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
         for load in a.load or ["poisson:2", "poisson:4"]:
             ours, theirs = [], []
+            for w in range(a.server_warmup):  # not recorded: the server's first run after its start reads slower
+                pt = point_from({"load": load, "num_prompts": a.num_prompts, "warmup": a.warmup, "seed": 1000 + w,
+                                 "input_len": a.input_len, "output_len": a.output_len, "prompt": a.prompt})
+                r = run_point(srv.base_url, name, pt, vocab_size=vocab, cache_dir=cache, abort=srv.abort_reason)
+                print(f"{load} server warm-up run {w} (not recorded): median TTFT "
+                      f"{r['metrics']['median_ttft_ms']:.3f} ms", flush=True)
             for k in range(a.pairs):
                 seed = k
                 pt = point_from({"load": load, "num_prompts": a.num_prompts, "warmup": a.warmup, "seed": seed,
@@ -161,6 +184,7 @@ def main() -> int:
             for x in KEYS:
                 o, t = float(np.median([d[x] for d in ours])), float(np.median([d[x] for d in theirs]))
                 summary[x] = {"perfsuite": o, "vllm_bench_serve": t, "rel_diff": (o - t) / t if t else None}
+            summary["paired"] = {x: paired_ratio([o[x] for o in ours], [t[x] for t in theirs]) for x in KEYS[:4]}
             summary["server_mean_ttft_ms"], summary["ttft_outside_server_ms"] = {}, {}
             for who, runs in (("perfsuite", ours), ("vllm_bench_serve", theirs)):
                 seen = [(d["mean_ttft_ms"], d["prometheus_ttft"]["server_mean_ms"]) for d in runs
@@ -196,6 +220,10 @@ def main() -> int:
         if a.wire:
             print(f"{load}: loopback median TTFT (ours / vLLM's runs) {s['wire_median_ttft_ms']}; client median minus "
                   f"loopback median {s['ttft_over_wire_ms']}")
+    for load, p in out["points"].items():
+        print(f"{load}: ours / vLLM's within pairs (geometric mean, 95 % CI over pairs): " + "; ".join(
+            f"{x} {v['ratio']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}]" if v["ci95"] else f"{x} {v['ratio']}"
+            for x, v in p["summary"]["paired"].items()))
     print("leftover processes after stop:", out["leftover_after_stop"])
     return 0
 
