@@ -2,9 +2,9 @@
 exit status 2. A message names what was wrong, where, and the fix.
 
 It and its subclasses (HistoryError, ProbeError) are the only errors the CLI catches. Other modules raise their own
-(ConfigError, PolicyError, ProfileError, OptionError and 25 more, each beside the code that raises it), which a command re-raises as a
-UsageError where they mean bad input. argparse's own errors also exit 2; ``perfsuite run`` outside a checkout exits 1
-(``commands._common.project_root``).
+(ConfigError, PolicyError, ProfileError, OptionError and 26 more, each beside the code that raises it), which a
+command re-raises as a UsageError where they mean bad input. argparse's own errors also exit 2; ``perfsuite run``
+outside a checkout exits 1 (``commands._common.project_root``).
 """
 
 from __future__ import annotations

@@ -68,6 +68,13 @@ class GateSession:
                 continue
             self.family[item.nodeid] = 1
 
+    def add_to_family(self, nodeids: Sequence[str]) -> None:
+        """Tests measured outside :meth:`set_family`'s cells (the serving cells) join the family when they have a
+        baseline, so that they share alpha with the others."""
+        for nodeid in nodeids:
+            if match(nodeid, self._by_full, self._by_name):
+                self.family[nodeid] = 1
+
     def alpha_for(self, n_stat: int) -> float:
         tests = max(len(self.family), 1)
         return self.config.alpha / (tests * max(n_stat, 1))

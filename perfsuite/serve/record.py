@@ -33,14 +33,9 @@ def selected(session: PerfSession, conf: ServingConfig) -> list[ServeCell]:
 
 def add_to_gate_family(session: PerfSession, items: Sequence[pytest.Item]) -> None:
     """Bonferroni: the serving tests with a comparable baseline share alpha with the other gated tests."""
-    if session.gate is None:
-        return
-    from perfsuite.gate.runs import match
-
-    g = session.gate
-    for item in items:
-        if METRIC_OF_TEST.get(getattr(item, "originalname", "")) and match(item.nodeid, g._by_full, g._by_name):
-            g.family[item.nodeid] = 1
+    if session.gate is not None:
+        session.gate.add_to_family([item.nodeid for item in items
+                                    if METRIC_OF_TEST.get(getattr(item, "originalname", ""))])
 
 
 def prometheus_problem(runs: CellRuns) -> str | None:

@@ -140,6 +140,14 @@ def test_family_counts_tests_that_ran_and_tightens_alpha() -> None:
     assert [v.alpha for v in vs if not v.exact] == [pytest.approx(0.001)]
 
 
+def test_tests_join_the_family_only_with_a_baseline() -> None:
+    """Serving tests join through add_to_family (perfsuite.serve.record): one without a stored run must not take a
+    share of alpha from the others."""
+    s = GateSession([_run([3.4] * 5) for _ in range(3)], parse_config({}))
+    s.add_to_family([NAME, "tests/perf/test_serving.py::test_ttft_under_load[vllm-serve-none]"])
+    assert s.family == {NAME: 1}
+
+
 def test_inconclusive_message_names_the_mde_and_the_ab_command() -> None:
     rng = np.random.default_rng(5)
     s = GateSession([_run(list(3.4 * np.exp(rng.normal(0, 0.15, 5)))) for _ in range(4)], parse_config({}))
