@@ -6,6 +6,8 @@ for docs/serving.md.
 
     python benchmarks/serve_agreement.py --load poisson:2 --load poisson:4 --num-prompts 64 --pairs 3 \\
         --json benchmarks/data/serve_agreement.json
+    # pooled within-pair ratios of several --wire runs (each client and the loopback)
+    python benchmarks/serve_agreement.py pool benchmarks/data/serve_agreement_same_schedule_20261205.json ...
     # the two clients alone: a stub server (tests/serve/fake_server.py) streaming with fixed delays
     python benchmarks/serve_agreement.py --stub 0.03 0.01 --load poisson:4 --json benchmarks/data/serve_agreement_stub.json
 """
@@ -40,12 +42,22 @@ KEYS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "request_throughput
         "mean_itl_ms", "output_throughput")
 
 
-def _wire(cap: wirecap.Capture | None, n: int) -> dict:
-    """The loopback's view of one run: the median TTFT of its ``n`` timed requests (the last ``n`` to start)."""
+def _wire(cap: wirecap.Capture | None, n: int, out_len: int) -> dict:
+    """The loopback's view of one run: the median TTFT of its ``n`` timed requests (the last ``n`` to start) and their
+    median TPOT, first to last token over ``out_len - 1`` (every request has ``out_len`` tokens: ignore_eos)."""
     if cap is None:
         return {}
-    got = cap.timed(n)
-    return {"wire_median_ttft_ms": 1e3 * float(np.median(got)) if got else None, "wire_requests": len(got)}
+    got, spans, gaps = cap.timed(n), cap.decode_spans(n), cap.gaps(n)
+    tpot = 1e3 * float(np.median(spans)) / (out_len - 1) if spans and out_len > 1 else None
+    return {"wire_median_ttft_ms": 1e3 * float(np.median(got)) if got else None, "wire_requests": len(got),
+            "wire_median_tpot_ms": tpot, "wire_median_itl_ms": 1e3 * float(np.median(gaps)) if gaps else None,
+            "wire_gaps": len(gaps)}
+
+
+def _server(prom: dict) -> dict:
+    """The server's own histograms over one run: mean (exact) and count per metric."""
+    return {k: {"server_mean_ms": v.get("server_mean_ms"), "count": v.get("count")}
+            for k, v in (prom or {}).items() if isinstance(v, dict)}
 
 
 def order(k: int) -> tuple[str, str]:
@@ -106,7 +118,42 @@ def paired_ratio(ours: list[float], theirs: list[float]) -> dict:
             "ci95": [float(np.exp(d.mean() - half)), float(np.exp(d.mean() + half))]}
 
 
+def pooled(files: list[Path]) -> dict:
+    """Within-pair ratios over the pairs of several ``--wire`` runs' JSON, per load point: each client over the other
+    (its readings), the loopback of our runs over that of vLLM's (the server's own pace in the two clients' runs),
+    and each client over the loopback of its own run (what the client adds), whose ratio between the clients is
+    their agreement on the same traffic."""
+    out: dict = {}
+    for f in files:
+        for load, p in json.loads(f.read_text())["points"].items():
+            acc = out.setdefault(load, {"ours": [], "theirs": []})
+            acc["ours"] += p["perfsuite"]
+            acc["theirs"] += p["vllm_bench_serve"]
+    res: dict = {}
+    for load, acc in out.items():
+        o, t = acc["ours"], acc["theirs"]
+        r: dict = {"pairs": len(o)}
+        for x in ("ttft", "tpot", "itl"):
+            c, w = f"median_{x}_ms", f"wire_median_{x}_ms"
+            r[c] = paired_ratio([d[c] for d in o], [d[c] for d in t])
+            both = [(a, b) for a, b in zip(o, t, strict=True) if a.get(w) and b.get(w)]
+            ow, tw = [a for a, _ in both], [b for _, b in both]
+            if both:  # the pairs whose runs were timed on the loopback (ITL there since series 2 of 2026-12-05)
+                r[w] = paired_ratio([d[w] for d in ow], [d[w] for d in tw])
+                r[f"{x}_client_over_wire"] = {
+                    "perfsuite": paired_ratio([d[c] for d in ow], [d[w] for d in ow]),
+                    "vllm_bench_serve": paired_ratio([d[c] for d in tw], [d[w] for d in tw]),
+                    "ours_over_theirs": paired_ratio([d[c] / d[w] for d in ow], [d[c] / d[w] for d in tw])}
+        r["request_throughput"] = paired_ratio([d["request_throughput"] for d in o],
+                                               [d["request_throughput"] for d in t])
+        res[load] = r
+    return res
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["pool"]:  # python benchmarks/serve_agreement.py pool A.json B.json ...
+        print(json.dumps(pooled([Path(f) for f in sys.argv[2:]]), indent=1))
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--load", action="append", default=None)
@@ -115,6 +162,8 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=16)
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--seed-base", type=int, default=0,
+                    help="pair k runs seed SEED_BASE + k on both clients (one seed, one arrival schedule in both)")
     ap.add_argument("--prompt", choices=("ids", "text"), default="ids",
                     help="our client's prompts: token ids (the cells' default) or the same tokens as text, as vLLM's")
     ap.add_argument("--server-warmup", type=int, default=1,
@@ -153,7 +202,7 @@ def main() -> int:
                 print(f"{load} server warm-up run {w} (not recorded): median TTFT "
                       f"{r['metrics']['median_ttft_ms']:.3f} ms", flush=True)
             for k in range(a.pairs):
-                seed = k
+                seed = a.seed_base + k
                 pt = point_from({"load": load, "num_prompts": a.num_prompts, "warmup": a.warmup, "seed": seed,
                                  "input_len": a.input_len, "output_len": a.output_len, "prompt": a.prompt})
                 for who in order(k):
@@ -167,7 +216,8 @@ def main() -> int:
                                      "max_dispatch_delay_ms": m["max_dispatch_delay_ms"],
                                      "client_cpu_share": m["client_cpu_share"], "failed": m["failed"],
                                      "prometheus_ttft": r["prometheus"].get("ttft"), "first": who == order(k)[0],
-                                     **_wire(cap, a.num_prompts)})
+                                     "server": _server(r["prometheus"]), "seed": seed,
+                                     **_wire(cap, a.num_prompts, a.output_len)})
                     else:
                         before = promcheck.snapshot(srv.base_url)
                         with wire as cap:
@@ -177,7 +227,8 @@ def main() -> int:
                         prom = promcheck.compare(before, promcheck.snapshot(srv.base_url), v)
                         theirs.append({x: v[x] for x in KEYS} | {"failed": v.get("failed"), "first": who == order(k)[0],
                                                                  "prometheus_ttft": prom.get("ttft"),
-                                                                 **_wire(cap, a.num_prompts)})
+                                                                 "server": _server(prom), "seed": seed,
+                                                                 **_wire(cap, a.num_prompts, a.output_len)})
                 print(f"{load} pair {k} ({'/'.join(order(k))}): ours {[round(ours[-1][x], 3) for x in KEYS[:4]]} vllm "
                       f"{[round(theirs[-1][x], 3) for x in KEYS[:4]]}", flush=True)
             summary = {}
@@ -185,6 +236,9 @@ def main() -> int:
                 o, t = float(np.median([d[x] for d in ours])), float(np.median([d[x] for d in theirs]))
                 summary[x] = {"perfsuite": o, "vllm_bench_serve": t, "rel_diff": (o - t) / t if t else None}
             summary["paired"] = {x: paired_ratio([o[x] for o in ours], [t[x] for t in theirs]) for x in KEYS[:4]}
+            if a.wire:  # the server's own pace on the loopback, our runs over vLLM's, within pairs
+                summary["paired"].update({x: paired_ratio([o[x] for o in ours], [t[x] for t in theirs])
+                                          for x in ("wire_median_ttft_ms", "wire_median_tpot_ms", "wire_median_itl_ms")})
             summary["server_mean_ttft_ms"], summary["ttft_outside_server_ms"] = {}, {}
             for who, runs in (("perfsuite", ours), ("vllm_bench_serve", theirs)):
                 seen = [(d["mean_ttft_ms"], d["prometheus_ttft"]["server_mean_ms"]) for d in runs
@@ -198,6 +252,10 @@ def main() -> int:
                 summary["ttft_over_wire_ms"] = {w: float(np.median([d["median_ttft_ms"] - d["wire_median_ttft_ms"]
                                                                     for d in runs]))
                                                 for w, runs in (("perfsuite", ours), ("vllm_bench_serve", theirs))}
+                for x in ("tpot", "itl"):
+                    summary[f"{x}_over_wire_ms"] = {
+                        w: float(np.median([d[f"median_{x}_ms"] - d[f"wire_median_{x}_ms"] for d in runs]))
+                        for w, runs in (("perfsuite", ours), ("vllm_bench_serve", theirs))}
             summary["p99_dispatch_delay_ms"] = max(d["p99_dispatch_delay_ms"] for d in ours)
             summary["client_cpu_share"] = max(d["client_cpu_share"] for d in ours)
             out["points"][load] = {"summary": summary, "perfsuite": ours, "vllm_bench_serve": theirs}
@@ -219,7 +277,8 @@ def main() -> int:
               f"{s['ttft_outside_server_ms']}")
         if a.wire:
             print(f"{load}: loopback median TTFT (ours / vLLM's runs) {s['wire_median_ttft_ms']}; client median minus "
-                  f"loopback median {s['ttft_over_wire_ms']}")
+                  f"loopback median {s['ttft_over_wire_ms']}; TPOT client median minus loopback median "
+                  f"{s['tpot_over_wire_ms']}; ITL {s['itl_over_wire_ms']}")
     for load, p in out["points"].items():
         print(f"{load}: ours / vLLM's within pairs (geometric mean, 95 % CI over pairs): " + "; ".join(
             f"{x} {v['ratio']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}]" if v["ci95"] else f"{x} {v['ratio']}"

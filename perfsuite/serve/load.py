@@ -27,6 +27,9 @@ import numpy as np
 from perfsuite.serve.datasets import Request
 
 MODES = ("poisson", "constant", "gamma", "closed")
+# the random draw of open-loop send times (:func:`schedule`), in the identity of a point that draws them: a schedule
+# drawn another way is another workload, so runs under the two never meet in one comparison
+ARRIVALS = "mt19937-as-vllm"
 _SPIN_S = 0.002  # sleep until this close to a send time, then yield in a loop: asyncio's timers wake ~1 ms late
 
 
@@ -80,9 +83,14 @@ def parse_load(text: str, **kw: Any) -> LoadSpec:
 
 
 def schedule(spec: LoadSpec, n: int | None = None) -> np.ndarray:
-    """Send offsets in seconds from the start of the timed phase. As vLLM draws them: intervals from
-    gamma(shape=b, scale=1/(rate*b)) (b = 1: exponential, i.e. Poisson), cumulated, then scaled so that the last
-    request goes out at n/rate (the throughput of one seed does not wander 1-2 % with the draw)."""
+    """Send offsets in seconds from the start of the timed phase, drawn as ``vllm bench serve`` draws them, so that
+    one ``seed`` is one arrival schedule in both clients: intervals from numpy's legacy ``RandomState(seed)``
+    (MT19937, which ``np.random.seed(args.seed)`` seeds in vllm/benchmarks/serve.py), gamma(shape=b,
+    scale=1/(rate*b)) (b = 1: exponential, i.e. Poisson), cumulated, then scaled so that the last request goes out
+    at n/rate (the throughput of one seed does not wander 1-2 % with the draw). Pinned against the draws of vLLM
+    0.32's client in tests/serve/test_serve_load.py. Until 2026-12-05 the draw was ``default_rng(seed)``: another
+    schedule for the same seed, so runs of the two clients "with the same seed" overlapped their requests
+    differently (:data:`ARRIVALS` keeps such runs out of one comparison)."""
     n = spec.num_requests if n is None else n
     if spec.mode == "closed":
         return np.zeros(n)
@@ -92,7 +100,7 @@ def schedule(spec: LoadSpec, n: int | None = None) -> np.ndarray:
         gaps = np.full(n, 1.0 / spec.rate)
     else:
         b = spec.burstiness if spec.mode == "gamma" else 1.0
-        gaps = np.random.default_rng(spec.seed).gamma(shape=b, scale=1.0 / (spec.rate * b), size=n)
+        gaps = np.random.RandomState(spec.seed).gamma(shape=b, scale=1.0 / (spec.rate * b), size=n)
     t = np.cumsum(gaps)
     return t * ((n / spec.rate) / t[-1])
 

@@ -4,6 +4,7 @@ cross-check and every request's record."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 from perfsuite.schema import first_unknown
 from perfsuite.serve import datasets, metrics, promcheck
 from perfsuite.serve.datasets import Request
-from perfsuite.serve.load import LoadSpec, parse_load, run_load
+from perfsuite.serve.load import ARRIVALS, LoadSpec, parse_load, run_load
 
 SCHEMA = "perfsuite-serve/1"
 PROMPTS = ("ids", "text")
@@ -62,6 +63,8 @@ class Point:
             del d["sweep"]
         if self.prompt == "ids":  # likewise a point of token-id prompts
             del d["prompt"]
+        if self.load.mode in ("poisson", "gamma") and not math.isinf(self.load.rate):
+            d["arrivals"] = ARRIVALS  # drawn send times: how they are drawn is part of the workload
         d["slug"] = self.slug
         return d
 

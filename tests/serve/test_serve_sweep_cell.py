@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from stub_started import started_stub  # tests/serve is on sys.path (prepend import mode)
 
+from perfsuite.cells import identity_hash
 from perfsuite.serve import cell as sc
 from perfsuite.serve import plot, table
 from perfsuite.serve.point import point_from
@@ -20,10 +21,18 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = json.loads((Path(__file__).parent / "data" / "serving_run.json").read_text())
 
 
-def test_a_sweep_point_names_itself_and_a_plain_point_keeps_its_hash():
+def test_a_sweep_point_names_itself_and_a_plain_point_changed_only_by_its_draw():
     plain = RUN["benchmarks"][0]["extra_info"]["cell"]
     c = sc.ServeCell("tiny-llama", "float32", True, point_from({"load": "poisson:4", "num_prompts": 16}))
-    assert c.as_dict()["options_hash"] == plain["options_hash"]  # recorded before sweeps existed
+    # recorded before sweeps existed, and before send times were drawn as vLLM draws them: that draw is part of
+    # the identity now (another schedule is another workload), and nothing else about the point changed
+    d = c.as_dict()
+    assert d["point"]["arrivals"] == "mt19937-as-vllm" and d["options_hash"] != plain["options_hash"]
+    old = {k: v for k, v in d["point"].items() if k != "arrivals"}
+    assert identity_hash({"point": old, "prefix_caching": True, "device": "cpu"},
+                         separators=(", ", ": ")) == plain["options_hash"]
+    closed = sc.ServeCell("tiny-llama", "float32", True, point_from({"load": "closed:4", "num_prompts": 16}))
+    assert "arrivals" not in closed.as_dict()["point"]  # nothing is drawn
     s = point_from({"load": "poisson:2", "sweep": [4, 8.5], "num_prompts": 16})
     assert s.sweep == (4.0, 8.5) and s.slug.endswith("-poisson-r2-n16-sweep8.5")
     assert s.as_dict()["sweep"] == [4.0, 8.5]

@@ -64,6 +64,14 @@ def test_streams_pair_each_request_with_its_first_event_with_a_choice():
     assert [round(d, 6) for _, d in s.ttft_s] == [0.010, 0.018, 0.015]
     assert [round(d, 6) for d in s.timed(2)] == [0.018, 0.015]  # the last two to start
     assert len(s.timed(10)) == 3 and s.timed(0) == [] and Streams(SERVER).timed(3) == []
+    # decode spans: first token to the last segment with a choice, per request; the keep-alive connection's next
+    # request ends the first one's span (its 1.045 token is the second request's first)
+    assert [round(d, 6) for d in s.decode_spans(10)] == [0.001, 0.0, 0.0]
+    s.feed(1.060, SERVER, 50000, _chunk(b'data: {"choices":[{"text":"w","finish_reason":"length"}]}\n\n'))
+    s.feed(1.061, SERVER, 50000, _chunk(b'data: {"choices":[],"usage":{"completion_tokens":2}}\n\ndata: [DONE]\n\n'))
+    assert [round(d, 6) for d in s.decode_spans(2)] == [0.0, 0.015]  # the usage chunk has no choice: not a token
+    assert s.decode_spans(0) == [] and Streams(SERVER).decode_spans(3) == []
+    assert [round(g, 6) for g in s.gaps(10)] == [0.001, 0.015] and s.gaps(0) == []  # per chunk, pooled
 
 
 @pytest.mark.skipif(wirecap.available() is not None, reason=str(wirecap.available()))
@@ -86,6 +94,9 @@ def test_live_capture_against_the_stub_never_precedes_the_client():
     # a client starts its clock before the request is on the wire and stops it after the token is: every order
     # statistic of its TTFTs is at least the loopback's (the stub's 20 ms sleep is a floor for both)
     assert len(client) == 8 and all(c >= w >= 0.02 for c, w in zip(client, wire, strict=True))
+    spans = cap.decode_spans(8)  # 3 tokens each: two 5 ms gaps of the stub on the wire
+    assert len(spans) == 8 and all(s >= 0.01 for s in spans)
+    assert len(cap.gaps(8)) <= 16 and all(g >= 0 for g in cap.gaps(8))  # two gaps per request, fewer if coalesced
     assert not [p for p in psutil.process_iter(["cmdline"]) if "perfsuite.serve.wirecap" in
                 " ".join(p.info["cmdline"] or [])]
 
