@@ -84,16 +84,17 @@ class Streams:
     def timed(self, last: int) -> list[float]:
         """TTFTs of the ``last`` requests to start (a run's test request and warm-ups come first), in start order;
         a request among them without a first token is left out (so fewer than ``last`` says some failed)."""
-        if last <= 0 or not self.starts:
-            return []
-        cut = sorted(self.starts)[-min(last, len(self.starts))]
-        return [d for st, d in sorted(self.ttft_s) if st >= cut]
+        cut = self._cut(last)
+        return [] if cut is None else [d for st, d in sorted(self.ttft_s) if st >= cut]
+
+    def _cut(self, last: int) -> float | None:
+        """The start of the ``last``-th latest request (None: no request, or ``last`` <= 0)."""
+        return sorted(self.starts)[-min(last, len(self.starts))] if last > 0 and self.starts else None
 
     def _timed_tokens(self, last: int) -> list[list[float]]:
-        if last <= 0 or not self.starts:
-            return []
-        cut = sorted(self.starts)[-min(last, len(self.starts))]
-        return [self.tokens_s[st] for st, _ in sorted(self.ttft_s) if st >= cut and st in self.tokens_s]
+        cut = self._cut(last)
+        return [] if cut is None else [self.tokens_s[st] for st, _ in sorted(self.ttft_s)
+                                       if st >= cut and st in self.tokens_s]
 
     def decode_spans(self, last: int) -> list[float]:
         """Of the same requests as :meth:`timed`: first token to last token, in start order."""
