@@ -17,6 +17,7 @@ compared when a policy names them, with a tolerance):
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -64,10 +65,8 @@ class _LibraryReader:
         self.lib, self.handles = lib, handles
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             getattr(self.lib, self.shutdown)()
-        except Exception:
-            pass
 
 
 class AmdSmiReader(_LibraryReader):
@@ -114,11 +113,7 @@ class TorchReader:
         self.torch, self.indices = torch, list(indices)
 
     def used_bytes(self) -> int:
-        total = 0
-        for i in self.indices:
-            free, cap = self.torch.cuda.mem_get_info(i)
-            total += int(cap) - int(free)
-        return total
+        return sum(int(cap) - int(free) for free, cap in map(self.torch.cuda.mem_get_info, self.indices))
 
     def close(self) -> None:
         pass
@@ -200,12 +195,8 @@ class DeviceMemorySampler:
 
     def __init__(self, device: str = "cuda", indices: Sequence[int] = (0,), interval_s: float = 0.01,
                  reader: Reader | None = None, host: Host | None = None) -> None:
-        if reader is None:
-            reader, self.why = open_reader(device, indices, host)
-        else:
-            self.why = ""
-        self.reader = reader
-        self.interval_s = max(interval_s, reader.min_interval_s if reader else 0.0)
+        self.reader, self.why = (reader, "") if reader is not None else open_reader(device, indices, host)
+        self.interval_s = max(interval_s, self.reader.min_interval_s if self.reader else 0.0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._baseline: int | None = None

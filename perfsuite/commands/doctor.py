@@ -57,6 +57,7 @@ def _explain(source: str, as_json: bool) -> int:
         print(json.dumps([f.as_dict() for f in findings], indent=2))
     elif not findings:
         print("no known GPU build/arch failure in this text")
-    for f in findings if not as_json else []:
-        print(f"{f.level.upper()} [{f.topic}] {f.message}" + (f"\n      fix: {f.fix}" if f.fix else ""))
+    else:
+        for f in findings:
+            print(f"{f.level.upper()} [{f.topic}] {f.message}" + (f"\n      fix: {f.fix}" if f.fix else ""))
     return 1 if any(f.blocking for f in findings) else 0

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from perfsuite.doctor.facts import SourceResult
+from perfsuite.doctor.host import Host
+
 # amd-smi and rocm-smi write "MB" for MiB (an MI300X reports 196592 MB = 192 GiB - 16 MiB).
 _UNITS = {"B": 1, "KB": 2**10, "KIB": 2**10, "MB": 2**20, "MIB": 2**20, "GB": 2**30, "GIB": 2**30}
 
@@ -43,3 +46,16 @@ def value_bytes(v: Any) -> int | None:
 
 def clean(v: Any) -> Any:
     return None if v in (None, "", "N/A", "n/a") else v
+
+
+def tool_output(host: Host, name: str, *cmd: str, last_line: bool = False) -> str | SourceResult:
+    """The tool's stdout, or source ``name``'s "absent" / "error" result when it is not installed or failed; the
+    error's detail is the last line (``last_line``) or the last 200 characters of what it wrote."""
+    rc, out, err = host.command(*cmd)
+    if rc == 127:
+        return SourceResult(name, "absent", err)
+    if rc != 0:
+        said = (err or out).strip()
+        detail = said.splitlines()[-1] if last_line and said else said[-200:]
+        return SourceResult(name, "error", detail or f"exit {rc}")
+    return out

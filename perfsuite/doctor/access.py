@@ -21,10 +21,7 @@ def in_container(host: Host) -> str | None:
     if host.env.get("KUBERNETES_SERVICE_HOST"):
         return "kubernetes"
     cgroup = host.read_text("/proc/1/cgroup") or ""
-    for word in ("docker", "kubepods", "libpod", "containerd", "lxc"):
-        if word in cgroup:
-            return "container"
-    return None
+    return "container" if any(w in cgroup for w in ("docker", "kubepods", "libpod", "containerd", "lxc")) else None
 
 
 def _group(path: str) -> str | None:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 from typing import Any
 
 from perfsuite.doctor import gfx
-from perfsuite.doctor._parse import clean, json_document, value_bytes
+from perfsuite.doctor._parse import clean, json_document, tool_output, value_bytes
 from perfsuite.doctor.facts import Gpu, SourceResult
 from perfsuite.doctor.host import Host
 
@@ -34,12 +35,11 @@ def gpu_from_static(entry: dict[str, Any], index: int, source: str = NAME) -> Gp
     asic, board, vram, driver, bus = (_obj(entry, k) for k in ("asic", "board", "vram", "driver", "bus"))
     name = clean(asic.get("market_name")) or clean(board.get("product_name"))
     idx = entry.get("gpu", index)
-    return Gpu("amd", name, gfx.normalize(clean(asic.get("target_graphics_version"))),
-               value_bytes(vram.get("size")) if vram.get("size") is not None else None,
+    extra = {"compute_units": clean(asic.get("num_compute_units")), "device_id": clean(asic.get("device_id")),
+             "bdf": clean(bus.get("bdf")), "vram_type": clean(vram.get("type"))}
+    return Gpu("amd", name, gfx.normalize(clean(asic.get("target_graphics_version"))), value_bytes(vram.get("size")),
                clean(driver.get("version")), idx if isinstance(idx, int) else index, source,
-               {k: v for k, v in {"compute_units": clean(asic.get("num_compute_units")),
-                                  "device_id": clean(asic.get("device_id")), "bdf": clean(bus.get("bdf")),
-                                  "vram_type": clean(vram.get("type"))}.items() if v is not None})
+               {k: v for k, v in extra.items() if v is not None})
 
 
 def parse_static(text: str) -> list[Gpu]:
@@ -71,32 +71,18 @@ def parse_metric_csv(text: str) -> dict[int, tuple[int | None, int | None]]:
 
 
 def probe(host: Host) -> SourceResult:
-    rc, out, err = host.command("amd-smi", "static", "--json")
-    if rc == 127:
-        return SourceResult(NAME, "absent", err)
-    if rc != 0:
-        return SourceResult(NAME, "error", _last_line(err or out) or f"exit {rc}")
+    out = tool_output(host, NAME, "amd-smi", "static", "--json", last_line=True)
+    if isinstance(out, SourceResult):
+        return out
     try:
         gpus = parse_static(out)
     except ValueError as exc:
         return SourceResult(NAME, "error", f"unreadable output: {exc}")
     data: dict[str, Any] = {}
     if "Permission needed" in out or "Permission denied" in out:
-        data["permission_banner"] = _first_line(out)
+        data["permission_banner"] = out.strip().splitlines()[0]
     rc, vout, _ = host.command("amd-smi", "version", "--json")
     if rc == 0:
-        try:
+        with contextlib.suppress(ValueError):
             data.update(parse_version(vout))
-        except ValueError:
-            pass
     return SourceResult(NAME, "ok" if gpus else "empty", "", gpus, data)
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
-def _first_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[0] if lines else ""

@@ -7,6 +7,7 @@ the doctor learns the arch list of an ORT ROCm EP or a vLLM ROCm build without i
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import mmap
 import re
@@ -36,10 +37,8 @@ def offload_targets(path: str | Path) -> list[str]:
 def dist_versions(names: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for n in names:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[n] = metadata.version(n)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
@@ -91,7 +90,7 @@ def vllm_info() -> dict[str, Any]:
     info.update(dist=name, version=version, target=target)
     pkg = _package_dir("vllm")
     if pkg is not None:
-        ext = [p for p in sorted(pkg.glob("_rocm_C*.so")) + sorted(pkg.glob("_C*.so"))]
+        ext = sorted(pkg.glob("_rocm_C*.so")) + sorted(pkg.glob("_C*.so"))
         archs = sorted({a for p in ext for a in offload_targets(p)})
         if archs:
             info["target"] = "rocm"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfsuite.doctor import (
@@ -74,7 +74,7 @@ def pick_gpus(sources: list[SourceResult]) -> tuple[list[Gpu], str | None]:
     found = [s for s in sources if s.status == "ok" and s.gpus]
     if not found:
         return [], None
-    primary = [Gpu(**{**g.__dict__, "extra": dict(g.extra)}) for g in found[0].gpus]
+    primary = [replace(g, extra=dict(g.extra)) for g in found[0].gpus]
     for other in found[1:]:
         if len(other.gpus) == len(primary) and other.gpus[0].vendor == primary[0].vendor:
             for mine, theirs in zip(primary, other.gpus, strict=True):
@@ -263,20 +263,18 @@ def _amd_build_findings(r: Report, g: Gpu, torch_b: dict[str, Any]) -> list[Find
         checks.append((f"vllm {vl.get('version')}", vl["arch_list"]))
     if not checks:
         checks.append(("the builds", None))
-    seen_override = False
+    seen_override = False  # an override problem is reported once per GPU, not once per build
     for build, archs in checks:
         v = gfx.check_amd(g.arch, archs, hsa, build)
         if v.status == "bad-override":
-            if not seen_override:
-                out.append(Finding("error", "override", f"{label}: {v.message}", v.fix))
-            seen_override = True
-            continue
-        level = "error" if v.blocking else "ok" if v.status.startswith("ok") else "info"
-        out.append(Finding(level, "arch", f"{label}: {v.message}", v.fix))
-        for note in v.notes:
-            if not seen_override:
-                out.append(Finding("warn", "override", note))
-        seen_override = seen_override or bool(v.notes)
+            overrides = [Finding("error", "override", f"{label}: {v.message}", v.fix)]
+        else:
+            level = "error" if v.blocking else "ok" if v.status.startswith("ok") else "info"
+            out.append(Finding(level, "arch", f"{label}: {v.message}", v.fix))
+            overrides = [Finding("warn", "override", note) for note in v.notes]
+        if not seen_override:
+            out += overrides
+        seen_override = seen_override or bool(overrides)
     return out
 
 
@@ -330,9 +328,9 @@ def machine_facts(device: str, host: Host | None = None) -> dict[str, Any]:
     overrides = {k: v for k, v in env_overrides(host.env).items() if k in RUNTIME_OVERRIDES}
     if overrides:
         facts["env_overrides"] = overrides
-    if "HSA_OVERRIDE_GFX_VERSION" in overrides:
-        facts["unsupported_override"] = (f"HSA_OVERRIDE_GFX_VERSION={overrides['HSA_OVERRIDE_GFX_VERSION']} "
-                                         f"(runs {gfx.from_override(overrides['HSA_OVERRIDE_GFX_VERSION'])} code)")
+    hsa = overrides.get("HSA_OVERRIDE_GFX_VERSION")
+    if hsa:
+        facts["unsupported_override"] = f"HSA_OVERRIDE_GFX_VERSION={hsa} (runs {gfx.from_override(hsa)} code)"
     if device != "cpu":
         sources = [kfd.probe(host)]
         if sources[0].status != "ok":

@@ -30,14 +30,9 @@ def _size_bytes(text: str) -> int | None:
 
 def last_level_cache_bytes(host: Host) -> int | None:
     """The largest cache of CPU 0 (its L3 on x86) from sysfs."""
-    sizes = []
-    for d in host.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
-        text = host.read_text(f"{d}/size")
-        if text:
-            b = _size_bytes(text)
-            if b:
-                sizes.append(b)
-    return max(sizes) if sizes else None
+    caches = host.glob("/sys/devices/system/cpu/cpu0/cache/index*")
+    sizes = (_size_bytes(host.read_text(f"{d}/size") or "") for d in caches)
+    return max((b for b in sizes if b), default=None)
 
 
 def memory_total_bytes(host: Host) -> int | None:

@@ -6,8 +6,6 @@ import importlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-LEVELS = ("ok", "info", "warn", "error")  # "error" is blocking: the doctor exits 1
-
 
 @dataclass
 class Gpu:
@@ -46,7 +44,7 @@ class SourceResult:
 
 @dataclass(frozen=True)
 class Finding:
-    level: str  # one of LEVELS
+    level: str  # "ok" | "info" | "warn" | "error" (blocking: the doctor exits 1)
     topic: str  # "device" | "arch" | "override" | "access" | "runtime" | "build"
     message: str
     fix: str = ""

@@ -53,18 +53,18 @@ KNOWN_TORCH_ROCM_WHEELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 _GFX = re.compile(r"gfx([0-9]+[0-9a-f]*)", re.I)
-_TARGET_ID = re.compile(r"(?:amdgcn-amd-amdhsa--)?(gfx[0-9a-f]+)(?::[a-z0-9+-]+)*$", re.I)
+_TARGET_ID = re.compile(r"(?:amdgcn-amd-amdhsa--)?gfx([0-9a-f]+)(?::[a-z0-9+-]+)*$", re.I)
+
+
+def _gfx(major: int, minor: int, step: int) -> str | None:
+    """``gfx`` + major + minor and stepping as one hex digit each; None where either needs two."""
+    return None if minor > 15 or step > 15 else f"gfx{major}{minor:x}{step:x}"
 
 
 def from_target_version(value: int | str) -> str | None:
     """KFD's ``gfx_target_version`` (``90010``) -> ``gfx90a``; 0 (a CPU node) -> None."""
     v = int(value)
-    if v <= 0:
-        return None
-    major, minor, step = v // 10000, (v // 100) % 100, v % 100
-    if minor > 15 or step > 15:
-        return None
-    return f"gfx{major}{minor:x}{step:x}"
+    return _gfx(v // 10000, (v // 100) % 100, v % 100) if v > 0 else None
 
 
 def from_override(value: str) -> str | None:
@@ -73,9 +73,7 @@ def from_override(value: str) -> str | None:
     if not m:
         return None
     major, minor, step = (int(x) for x in m.groups())
-    if major == 0 or minor > 15 or step > 15:
-        return None
-    return f"gfx{major}{minor:x}{step:x}"
+    return _gfx(major, minor, step) if major else None
 
 
 def to_override(arch: str) -> str:
@@ -95,23 +93,17 @@ def normalize(name: str | int | None) -> str | None:
     """
     if name is None:
         return None
-    if isinstance(name, int) or (isinstance(name, str) and name.strip().isdigit()):
+    if isinstance(name, int) or name.strip().isdigit():
         return from_target_version(name)
     text = name.strip().lower()
-    m = _TARGET_ID.search(text)
+    m = _TARGET_ID.search(text) or _GFX.search(text)
     if not m:
-        m2 = _GFX.search(text)
-        if not m2:
-            return None
-        text = m2.group(0)
-    else:
-        text = m.group(1)
-    digits = text[3:]
+        return None
+    digits = m.group(1)
     # rocm-smi renders gfx_target_version with a decimal stepping: 9.0.10 -> "gfx9010", 9.0.12 -> "gfx9012".
     # Real gfx9 names have three characters after "gfx", so four decimal digits starting with 9 are that form.
     if len(digits) == 4 and digits.isdigit() and digits[0] == "9":
-        step = int(digits[2:])
-        return f"gfx9{int(digits[1]):x}{step:x}" if step <= 15 else None
+        return _gfx(9, int(digits[1]), int(digits[2:]))
     return f"gfx{digits}"
 
 
@@ -150,10 +142,7 @@ class ArchVerdict:
 
 def wheel_with(arch: str) -> tuple[str, str] | None:
     """The oldest known PyTorch ROCm wheel whose arch list has ``arch``: (version, index URL)."""
-    for version, index, archs in KNOWN_TORCH_ROCM_WHEELS:
-        if arch in archs:
-            return version, index
-    return None
+    return next(((version, index) for version, index, archs in KNOWN_TORCH_ROCM_WHEELS if arch in archs), None)
 
 
 def check_amd(device_arch: str, build_archs: list[str] | tuple[str, ...] | None, override: str | None,
@@ -201,13 +190,10 @@ def check_amd(device_arch: str, build_archs: list[str] | tuple[str, ...] | None,
         return ArchVerdict(status, False, f"{build} has code objects for {effective}", "", effective, tuple(notes))
     # Predicted hipErrorNoBinaryForGpu.
     cand = _override_candidate(dev, archs) if effective == dev else None
-    fixes = []
     wheel = wheel_with(dev)
-    if wheel:
-        fixes.append(f"install a build that lists {dev}, e.g. torch {wheel[0]} (pip install torch --index-url "
-                     f"{wheel[1]}) or the rocm/pytorch / rocm/vllm container")
-    else:
-        fixes.append(f"install or build a {build} whose arch list has {dev} (from source: PYTORCH_ROCM_ARCH={dev})")
+    fixes = [f"install a build that lists {dev}, e.g. torch {wheel[0]} (pip install torch --index-url {wheel[1]}) "
+             "or the rocm/pytorch / rocm/vllm container" if wheel else
+             f"install or build a {build} whose arch list has {dev} (from source: PYTORCH_ROCM_ARCH={dev})"]
     if cand:
         fixes.append(f"or, unsupported: export HSA_OVERRIDE_GFX_VERSION={to_override(cand)} (runs {cand} code on "
                      f"{dev}, same {family(dev)} family; perfsuite records it in machine_info)")
@@ -219,13 +205,10 @@ def check_amd(device_arch: str, build_archs: list[str] | tuple[str, ...] | None,
 
 def _override_candidate(dev: str, archs: list[str]) -> str | None:
     """An arch of the build in the device's family (the family's first member preferred), for consumer parts."""
-    if dev in DATACENTER or family(dev) is None:
+    fam = family(dev)
+    if dev in DATACENTER or fam is None:
         return None
-    members = FAMILIES[family(dev) or ""]
-    for m in members:
-        if m in archs and m != dev:
-            return m
-    return None
+    return next((m for m in FAMILIES[fam] if m in archs and m != dev), None)
 
 
 def check_nvidia(major: int, minor: int, build_archs: list[str] | tuple[str, ...] | None,
@@ -240,11 +223,8 @@ def check_nvidia(major: int, minor: int, build_archs: list[str] | tuple[str, ...
     if any(M == major and m <= minor for M, m in cubins):
         return ArchVerdict("ok", False, f"{build} has a cubin that runs on {dev}", "", dev)
     have = " ".join(build_archs) or "none"
-    if any((M, m) <= (major, minor) for M, m in ptx):
-        notes: tuple[str, ...] = (f"{build} has only PTX for {dev} (JIT-compiled at first use: slow start; "
-                                  "torch itself warns 'not compatible')",)
-    else:
-        notes = ()
+    notes = (f"{build} has only PTX for {dev} (JIT-compiled at first use: slow start; torch itself warns "
+             "'not compatible')",) if any((M, m) <= (major, minor) for M, m in ptx) else ()
     return ArchVerdict("no-binary", True,
                        f"{build} has no kernel image for {dev} (it has {have}): expect 'no kernel image is available "
                        "for execution on the device'",

@@ -4,6 +4,7 @@ appeared in the properties in later kernels (a 2018 RX 470 capture has none); th
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from perfsuite.doctor import gfx
@@ -20,10 +21,8 @@ def parse_properties(text: str) -> dict[str, int]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2:
-            try:
+            with contextlib.suppress(ValueError):
                 out[parts[0]] = int(parts[1])
-            except ValueError:
-                pass
     return out
 
 
@@ -35,7 +34,7 @@ def gpu_from_properties(props: dict[str, int], index: int, name: str | None = No
     arch = gfx.from_target_version(props["gfx_target_version"]) if props.get("gfx_target_version") else None
     extra: dict[str, Any] = {k: props[k] for k in ("device_id", "drm_render_minor", "gfx_target_version", "simd_count", "num_xcc",
                                    "max_engine_clk_fcompute", "location_id", "domain") if k in props}
-    if props.get("simd_count") and props.get("simd_per_cu"):
+    if props.get("simd_per_cu"):  # simd_count > 0: checked above
         extra["compute_units"] = props["simd_count"] // props["simd_per_cu"]
     return Gpu("amd", name, arch, vram_bytes, None, index, NAME, extra)
 

@@ -7,6 +7,7 @@ import csv
 import io
 
 from perfsuite.doctor import gfx
+from perfsuite.doctor._parse import tool_output
 from perfsuite.doctor.facts import Gpu, SourceResult
 from perfsuite.doctor.host import Host
 
@@ -51,11 +52,9 @@ def _mib(v: str | None) -> int | None:
 
 
 def probe(host: Host) -> SourceResult:
-    rc, out, err = host.command("nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,nounits")
-    if rc == 127:
-        return SourceResult(NAME, "absent", err)
-    if rc != 0:
-        return SourceResult(NAME, "error", (err or out).strip()[-200:] or f"exit {rc}")
+    out = tool_output(host, NAME, "nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,nounits")
+    if isinstance(out, SourceResult):
+        return out
     try:
         gpus = parse_query(out)
     except ValueError as exc:

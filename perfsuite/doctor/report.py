@@ -54,12 +54,9 @@ def render(r: Report) -> list[str]:
     ]
     if c.get("runner_class"):
         rows.append(("class", f"{c['runner_class']} (the runner class of the CPU cells: baselines/<class>/)"))
-    if r.gpus:
-        for g in r.gpus:
-            rows.append((f"GPU {g.index}", f"{g.name or '?'} · {g.arch or 'arch ?'} · {_gib(g.vram_bytes)} · "
-                                           f"driver {g.driver or '?'} · from {g.source}"))
-    else:
-        rows.append(("GPU", "none found"))
+    gpu_rows = [(f"GPU {g.index}", f"{g.name or '?'} · {g.arch or 'arch ?'} · {_gib(g.vram_bytes)} · "
+                                   f"driver {g.driver or '?'} · from {g.source}") for g in r.gpus]
+    rows += gpu_rows or [("GPU", "none found")]
     rows.append(("sources", ", ".join(f"{s.name}: {s.status}" for s in r.sources)))
     if r.runtime:
         rows.append(("runtime", ", ".join(f"{k} {v}" for k, v in r.runtime.items())))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfsuite.doctor import gfx
-from perfsuite.doctor._parse import clean, json_document
+from perfsuite.doctor._parse import clean, json_document, tool_output
 from perfsuite.doctor.facts import Gpu, SourceResult
 from perfsuite.doctor.host import Host
 
@@ -27,6 +27,8 @@ def parse(text: str) -> tuple[list[Gpu], dict[str, str]]:
     doc = json_document(text)
     if not isinstance(doc, dict):
         raise ValueError("rocm-smi JSON is not an object")
+    system = doc.get("system", {}) if isinstance(doc.get("system"), dict) else {}
+    facts = {"driver": str(system["Driver version"])} if clean(system.get("Driver version")) else {}
     cards = sorted((k for k in doc if k.startswith("card") and k[4:].isdigit()), key=lambda k: int(k[4:]))
     gpus = []
     for key in cards:
@@ -34,25 +36,19 @@ def parse(text: str) -> tuple[list[Gpu], dict[str, str]]:
         total = _get(card, "VRAM Total Memory (B)", "GPU memory available")
         used = _get(card, "VRAM Total Used Memory (B)", "GPU memory use")
         gpus.append(Gpu("amd", _get(card, *_NAME_KEYS), gfx.normalize(_get(card, "GFX Version")),
-                        int(total) if total is not None else None, None, int(key[4:]), NAME,
+                        int(total) if total is not None else None, facts.get("driver"), int(key[4:]), NAME,
                         {k: v for k, v in {"vram_used_bytes": int(used) if used is not None else None,
                                            "kfd_node": _get(card, "Node ID"), "sku": _get(card, "Card SKU"),
                                            "gfx_version_as_printed": _get(card, "GFX Version")}.items()
                          if v is not None}))
-    system = doc.get("system", {}) if isinstance(doc.get("system"), dict) else {}
-    facts = {"driver": str(system["Driver version"])} if clean(system.get("Driver version")) else {}
-    for g in gpus:
-        g.driver = facts.get("driver")
     return gpus, facts
 
 
 def probe(host: Host) -> SourceResult:
-    rc, out, err = host.command("rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion",
-                                "--json")
-    if rc == 127:
-        return SourceResult(NAME, "absent", err)
-    if rc != 0:
-        return SourceResult(NAME, "error", (err or out).strip()[-200:] or f"exit {rc}")
+    out = tool_output(host, NAME, "rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion",
+                      "--json")
+    if isinstance(out, SourceResult):
+        return out
     try:
         gpus, facts = parse(out)
     except ValueError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from perfsuite.doctor import gfx
+from perfsuite.doctor._parse import tool_output
 from perfsuite.doctor.facts import Gpu, SourceResult
 from perfsuite.doctor.host import Host
 
@@ -18,9 +19,8 @@ def parse_agents(text: str) -> list[dict[str, str]]:
     """One dict per agent: its top-level fields, plus ``_pools`` ("segment|size") and ``_isa`` (target ids)."""
     parts = _AGENT.split(text)
     agents = []
-    for i in range(1, len(parts) - 1, 2):
-        body = parts[i + 1]
-        fields: dict[str, str] = {"_agent": parts[i]}
+    for agent, body in zip(parts[1::2], parts[2::2], strict=True):
+        fields: dict[str, str] = {"_agent": agent}
         pools: list[str] = []
         isas: list[str] = []
         segment = None
@@ -81,11 +81,9 @@ def _int(v: str | None) -> int | None:
 
 
 def probe(host: Host) -> SourceResult:
-    rc, out, err = host.command("rocminfo")
-    if rc == 127:
-        return SourceResult(NAME, "absent", err)
-    if rc != 0:
-        return SourceResult(NAME, "error", (err or out).strip().splitlines()[-1] if (err or out).strip() else f"exit {rc}")
+    out = tool_output(host, NAME, "rocminfo", last_line=True)
+    if isinstance(out, SourceResult):
+        return out
     try:
         gpus = parse(out)
     except ValueError as exc:
