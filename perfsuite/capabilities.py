@@ -30,6 +30,7 @@ import platform
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ENV_FLAGS = "PERFSUITE_CPU_FLAGS"
@@ -102,25 +103,15 @@ class CpuCapabilities:
 
 def parse_cpuinfo(text: str) -> tuple[str | None, frozenset[str]]:
     """(model name, flags) of the first processor in /proc/cpuinfo text; x86 ``flags``, aarch64 ``Features``."""
-    model = None
-    flags: frozenset[str] | None = None
-    implementer = part = None
+    first: dict[str, str] = {}  # each key's first value
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
-        if key == "model name" and model is None:
-            model = value.strip()
-        elif key in ("flags", "Features") and flags is None:
-            flags = frozenset(value.split())
-        elif key == "CPU implementer" and implementer is None:
-            implementer = value.strip().lower()
-        elif key == "CPU part" and part is None:
-            part = value.strip().lower()
-        if model is not None and flags is not None:
-            break
-    if model is None and implementer is not None and part is not None:
-        model = ARM_PARTS.get((implementer, part))
-    return model, flags or frozenset()
+        first.setdefault("flags" if key == "Features" else key, value.strip())
+    model = first.get("model name")
+    if model is None:  # aarch64: named by (implementer, part)
+        model = ARM_PARTS.get((first.get("CPU implementer", "").lower(), first.get("CPU part", "").lower()))
+    return model, frozenset(first.get("flags", "").split())
 
 
 def flags_from_env(value: str) -> frozenset[str]:
@@ -139,7 +130,7 @@ def flags_from_env(value: str) -> frozenset[str]:
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
         return os.cpu_count() or 1
 
 
@@ -149,8 +140,7 @@ def detect(cpuinfo: str | None = None, env: Mapping[str, str] | None = None, mac
     architecture, the usable cores). Raises ValueError for a malformed ``PERFSUITE_CPU_FLAGS``."""
     if cpuinfo is None:
         try:
-            with open("/proc/cpuinfo", encoding="utf8", errors="replace") as fh:
-                cpuinfo = fh.read()
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf8", errors="replace")
         except OSError:
             cpuinfo = ""
     model, flags = parse_cpuinfo(cpuinfo)

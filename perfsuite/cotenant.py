@@ -25,6 +25,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from perfsuite.capabilities import cpu_count as usable_cpus
 from perfsuite.preflight import LoadSample, sample_load
 
 MODES = ("auto", "cell")  # or a positive thread count ("1")
@@ -45,13 +46,6 @@ class ThreadChoice:
 
     def as_dict(self) -> dict[str, object]:
         return {"threads": self.threads, "cpus": self.cpus, "other_cores": self.other_cores, "note": self.line}
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def decide(sample: LoadSample, environs: Mapping[str, Mapping[str, str]], cpus: int, mode: str = "auto"
@@ -77,13 +71,11 @@ def decide(sample: LoadSample, environs: Mapping[str, Mapping[str, str]], cpus: 
             "their own threads; thread mode 'cell' measures every cell at its default)"))
     if other is None:
         return ThreadChoice(None, cpus, None, f"threads: each cell's own default ({sample.describe()})")
-    if other <= BUSY_CORES:
-        return ThreadChoice(None, cpus, other, f"threads: each cell's own default ({other:.2f} of {cpus} cores busy "
-                                               "outside this run)")
     threads = max(1, math.floor(cpus - other + BUSY_CORES))
-    if threads >= cpus:
+    if not busy or threads >= cpus:
+        leaves = " leaves every core" if busy else ""
         return ThreadChoice(None, cpus, other, f"threads: each cell's own default ({other:.2f} of {cpus} cores busy "
-                                               "outside this run leaves every core)")
+                                               f"outside this run{leaves})")
     return ThreadChoice(threads, cpus, other, (
         f"threads: a co-tenant holds {other:.2f} of {cpus} cores ({sample.describe()}); both sides measured with "
         f"OMP_NUM_THREADS={threads} so that their threads do not wait for a descheduled sibling (ONNX Runtime and vLLM "
@@ -103,9 +95,8 @@ def choose(environs: Mapping[str, Mapping[str, str]], mode: str = "auto", interv
     """Sample this machine's load now (this process tree excluded) and decide. ``environs`` are each side's own
     variables; this process's environment (which the workers inherit) is laid under them."""
     environs = {side: {**os.environ, **env} for side, env in environs.items()}
-    if mode == "cell":
-        return decide(LoadSample(False, reason="not sampled"), environs, usable_cpus(), mode)
-    return decide(sample_load(interval_s), environs, usable_cpus(), mode)
+    sample = LoadSample(False, reason="not sampled") if mode == "cell" else sample_load(interval_s)
+    return decide(sample, environs, usable_cpus(), mode)
 
 
 def hash_seed_env(environs: Mapping[str, Mapping[str, str]], rng: random.Random) -> tuple[tuple[str, str], ...]:

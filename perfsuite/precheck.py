@@ -10,30 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from perfsuite.preflight import PreflightError
+from perfsuite.preflight import PreflightError, nearest_existing, try_write
 
 __all__ = ["DEFAULT_CACHE", "PreflightError", "cache_location", "check_locations", "check_thread_env"]
-
-
-def _existing(directory: Path) -> Path:
-    probe = Path(directory)
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    return probe
-
-
-def _try_write(folder: Path) -> OSError | None:
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".perfsuite-writable-", dir=folder)
-    except OSError as exc:
-        return exc
-    os.close(fd)
-    os.unlink(tmp)
-    return None
 
 
 def check_locations(locations: Iterable[tuple[Path | None, str, str]]) -> None:
@@ -46,14 +28,14 @@ def check_locations(locations: Iterable[tuple[Path | None, str, str]]) -> None:
             continue
         path = Path(path).expanduser()
         folder = path.parent if kind == "file" else path
-        probe = _existing(folder)
+        probe = nearest_existing(folder)
         shown = f"{named_by}={path}" if named_by.isupper() else f"{named_by} {path}"
         fix = _fix(named_by, kind)
         if kind == "file" and path.is_dir():
             raise PreflightError(f"{shown}: a folder, not a file; {fix}")
         if not probe.is_dir():
             raise PreflightError(f"{shown}: {probe} is a file, not a folder; {fix}")
-        err = _try_write(probe)
+        err = try_write(probe)
         if err is not None:
             raise PreflightError(f"{shown}: {probe} is not writable ({err.strerror}); {fix}")
 

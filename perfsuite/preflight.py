@@ -24,7 +24,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,27 +36,39 @@ class PreflightError(Exception):
 
 
 # ----------------------------------------------------------------------------------------------- writable folder
+def nearest_existing(path: Path) -> Path:
+    """``path`` if it exists, else the nearest existing folder above it (where it would be created)."""
+    probe = Path(path)
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return probe
+
+
+def try_write(folder: Path) -> OSError | None:
+    """Create and remove a temporary file in ``folder``: None if that worked, else the error."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".perfsuite-writable-", dir=folder)
+    except OSError as exc:
+        return exc
+    os.close(fd)
+    os.unlink(tmp)
+    return None
+
+
 def check_writable(directory: Path) -> Path:
     """Raise :class:`PreflightError` unless a new file can be created in ``directory`` (or, if it does not exist
     yet, in the nearest existing folder above it, where it would be created). Returns the folder tried."""
     directory = Path(directory)
-    probe = directory
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
+    probe = nearest_existing(directory)
     if probe.exists() and not probe.is_dir():
         raise PreflightError(f"{probe} is a file, not a folder: cannot store baselines in {directory}; move it away")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".perfsuite-writable-", dir=probe)
-    except OSError as exc:
+    exc = try_write(probe)
+    if exc is not None:
         hint = ("make it writable (chmod u+w, or a checkout you own)" if exc.errno in (errno.EACCES, errno.EPERM)
                 else "mounted read-only: record on a writable checkout" if exc.errno == errno.EROFS
                 else "free space or fix the file system" if exc.errno == errno.ENOSPC else "fix the folder")
         raise PreflightError(f"cannot record baselines: {probe} is not writable ({exc.strerror}); {hint}, "
-                             "then run again (nothing was measured)") from None
-    os.close(fd)
-    os.unlink(tmp)
+                             "then run again (nothing was measured)")
     return probe
 
 
@@ -89,16 +101,6 @@ class LockBusy(PreflightError):
         self.holders = holders
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class SuiteLock:
     """``with SuiteLock(exclusive=True): ...`` or ``acquire()`` / ``release()``; raises :class:`LockBusy`.
 
@@ -111,11 +113,8 @@ class SuiteLock:
         self.exclusive = exclusive
         self.directory = Path(directory) if directory else default_lock_dir()
         self.command = command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300]
+        self.path = self.directory / "suite.lock"
         self._fd: int | None = None
-
-    @property
-    def path(self) -> Path:
-        return self.directory / "suite.lock"
 
     def _holder_file(self, pid: int) -> Path:
         return self.directory / f"holder-{pid}.json"
@@ -129,12 +128,13 @@ class SuiteLock:
                 h = Holder(int(d["pid"]), str(d["mode"]), str(d["command"]), float(d["since"]))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if h.pid != os.getpid() and not _alive(h.pid):
+            if h.pid == os.getpid():
+                continue
+            if psutil.pid_exists(h.pid):
+                out.append(h)
+            else:
                 with contextlib.suppress(OSError):
                     f.unlink()
-                continue
-            if h.pid != os.getpid():
-                out.append(h)
         return out
 
     def acquire(self) -> SuiteLock:
@@ -154,10 +154,9 @@ class SuiteLock:
             os.close(fd)
             raise self._busy() from None
         self._fd = fd
-        info = {"pid": os.getpid(), "mode": "exclusive" if self.exclusive else "shared", "command": self.command,
-                "since": time.time()}
+        holder = Holder(os.getpid(), "exclusive" if self.exclusive else "shared", self.command, time.time())
         tmp = self._holder_file(os.getpid()).with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
+        tmp.write_text(json.dumps(asdict(holder)))
         os.replace(tmp, self._holder_file(os.getpid()))
         return self
 
@@ -242,7 +241,7 @@ class LoadPolicy:
 class LoadVerdict:
     ok: bool
     sample: LoadSample
-    problems: tuple[str, ...] = field(default_factory=tuple)
+    problems: tuple[str, ...] = ()
 
     def message(self) -> str:
         if self.ok:
@@ -300,8 +299,7 @@ def sample_load(interval_s: float = 0.5, root: int | None = None, top_n: int = 3
     others = sorted(((pid, d) for pid, d in deltas.items() if pid not in own and d > 0), key=lambda x: -x[1])
     top = tuple(OtherProcess(pid, p1[pid][0], round(d / dt, 3)) for pid, d in others[:top_n])
     try:
-        with open("/proc/loadavg") as fh:
-            la = fh.read().split()
+        la = Path("/proc/loadavg").read_text().split()
         load1, running = float(la[0]), int(la[3].split("/")[0])
     except (OSError, ValueError, IndexError):
         load1, running = 0.0, 0

