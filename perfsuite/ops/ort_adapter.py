@@ -8,13 +8,11 @@ non-strict (CPU fallback allowed) so that a fallback is *observed* and classifie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfsuite.backends.onnxruntime import providers as P
-
-LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-          "all": "ORT_ENABLE_ALL"}
 
 
 @dataclass
@@ -23,26 +21,18 @@ class Placement:
     providers_in_use: list[str]
     nodes_per_ep: dict[str, int]
 
-    @property
-    def cpu_nodes(self) -> int:
-        return int(self.nodes_per_ep.get(P.CPU_EP, 0))
-
-    @property
-    def total_nodes(self) -> int:
-        return int(sum(self.nodes_per_ep.values()))
-
     def fallback_reason(self) -> str | None:
         """Why this session is not really running on ``requested`` (None if it is)."""
         if not self.providers_in_use or self.providers_in_use[0] != self.requested:
             return f"requested {P.short_ep(self.requested)}, session runs on {self.providers_in_use or 'nothing'}"
-        if self.requested != P.CPU_EP and self.cpu_nodes:
-            return (f"{self.cpu_nodes}/{self.total_nodes} node(s) placed on CPUExecutionProvider "
+        nodes = P.cpu_node_summary(self.nodes_per_ep)
+        if self.requested != P.CPU_EP and nodes["cpu_node_count"]:
+            return (f"{nodes['cpu_node_count']}/{nodes['total_node_count']} node(s) placed on CPUExecutionProvider "
                     f"(nodes per EP: {self.nodes_per_ep})")
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requested": self.requested, "providers_in_use": self.providers_in_use,
-                "nodes_per_ep": self.nodes_per_ep}
+        return asdict(self)
 
 
 def availability(backend: str) -> str | None:
@@ -60,26 +50,12 @@ def make_session(model_bytes: bytes, backend: str, dtype: str, options: dict[str
     opts = {"strict": False} if P.ep_of(backend) != P.CPU_EP else {}
     opts.update(options or {})
     cfg = P.build_session_config(backend, dtype, opts, ort.__version__)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[cfg.graph_optimization_level])
-    for k, v in cfg.config_entries.items():
-        so.add_session_config_entry(k, v)
-    for k, v in cfg.session_attrs.items():
-        if k == "execution_mode":
-            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        else:
-            setattr(so, k, v)
-    return ort.InferenceSession(model_bytes, so, providers=cfg.providers, provider_options=cfg.provider_options)
+    return ort.InferenceSession(model_bytes, P.session_options(ort, cfg), providers=cfg.providers,
+                                provider_options=cfg.provider_options)
 
 
 def placement(sess: Any, backend: str) -> Placement:
-    requested = P.ep_of(backend)
     counts: dict[str, int] = {}
-    getter = getattr(sess, "get_provider_graph_assignment_info", None)
-    if getter is not None:
-        try:
-            counts = P.count_assignment(getter())
-        except Exception:  # older ORT / assignment not recorded: providers-in-use check only
-            counts = {}
-    return Placement(requested, list(sess.get_providers()), counts)
+    with contextlib.suppress(Exception):  # older ORT / assignment not recorded: providers-in-use check only
+        counts = P.count_assignment(sess.get_provider_graph_assignment_info())
+    return Placement(P.ep_of(backend), list(sess.get_providers()), counts)

@@ -6,15 +6,17 @@ continue if ORT silently fell back to another provider. The export's layout foll
 (:func:`~perfsuite.backends.onnxruntime.providers.decoder_layout`): the dynamic decoder (past grows each step) by
 default, the static one (fixed-capacity KV cache, one input shape per session; see decoder_io.py) for MIGraphX, which
 compiles per shape, and for graph capture (``enable_graph``). ``info()["input_shapes_per_generation"]`` counts the
-distinct input shapes each session was fed in the last generation. Decoding is greedy; on device providers IO binding keeps
-the KV cache (``present.*`` -> next ``past_key_values.*``) and the logits on the device between steps and only the
-chosen token ids come back to the host.
+distinct input shapes each session was fed in the last generation. Decoding is greedy; on device providers IO
+binding keeps the KV cache (``present.*`` -> next ``past_key_values.*``) and the logits on the device between steps
+and only the chosen token ids come back to the host.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,10 +31,6 @@ from perfsuite.backends.onnxruntime import providers as pv
 from perfsuite.backends.onnxruntime import runners
 from perfsuite.cells import Cell
 
-_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-           "all": "ORT_ENABLE_ALL"}
-
-
 VERIFY_MAX_BYTES = 1 << 30  # default: verify exports of checkpoints up to 1 GiB (cell option verify=true forces)
 
 
@@ -45,8 +43,6 @@ def capture_stderr_fd() -> Iterator[list[str]]:
     """Capture what native code writes to file descriptor 2 (ORT's default log sink) into ``out[0]``."""
     out: list[str] = [""]
     with tempfile.TemporaryFile(mode="w+b") as tmp:
-        import sys
-
         sys.stderr.flush()
         saved = os.dup(2)
         os.dup2(tmp.fileno(), 2)
@@ -150,11 +146,9 @@ class OrtBackend(StepBackend):
         counts: dict[str, int] = {}
         source = None
         if record_api:
-            try:
+            with contextlib.suppress(Exception):  # recording not supported by this build/provider: use the log
                 counts = pv.count_assignment(sess.get_provider_graph_assignment_info())
                 source = "get_provider_graph_assignment_info"
-            except Exception:  # recording not supported by this build/provider: fall back to the log if any
-                counts = {}
         if not counts and log_text:
             counts = pv.parse_node_placements(log_text)
             source = "verbose_log" if counts else None
@@ -185,36 +179,31 @@ class OrtBackend(StepBackend):
                  pinned: dict[str, int]) -> tuple[Any, str]:
         """One session on the cell's provider (``pinned``: free-dimension overrides, the static decoder's shape);
         refuses a provider fallback."""
-        so = self._session_options(ort, cfg)
+        so = pv.session_options(ort, cfg)
         for dim, value in pinned.items():
             so.add_free_dimension_override_by_name(dim, int(value))
-        log_text = ""
+        if use_log:
+            so.log_severity_level = 0
+            so.log_verbosity_level = 0
         try:
-            if use_log:
-                so.log_severity_level = 0
-                so.log_verbosity_level = 0
-                with capture_stderr_fd() as captured:
-                    sess = self._create(ort, path, so, cfg)
-                log_text = captured[0]
-            else:
-                sess = self._create(ort, path, so, cfg)
+            with capture_stderr_fd() if use_log else contextlib.nullcontext([""]) as captured:
+                sess = ort.InferenceSession(str(path), so, providers=cfg.providers,
+                                            provider_options=cfg.provider_options)
         except Exception as exc:
             msg = pv.explain_session_error(str(exc), self.cell.backend)
             if msg:
                 raise OrtSessionError(msg) from exc
             raise
         pv.check_providers_in_use(cfg.provider, sess.get_providers())
-        return sess, log_text
+        return sess, captured[0]
 
     def prefill(self, prompts: list[list[int]]) -> StepResult:
         assert self.runner is not None, "load() first"
-        tokens, state = self.runner.prefill(np.asarray(prompts, dtype=np.int64))
-        return StepResult(tokens, state)
+        return StepResult(*self.runner.prefill(np.asarray(prompts, dtype=np.int64)))
 
     def decode(self, state: runners.State) -> StepResult:
         assert self.runner is not None, "load() first"
-        tokens, new = self.runner.decode(state)
-        return StepResult(tokens, new)
+        return StepResult(*self.runner.decode(state))
 
     def release(self, state: Any) -> None:
         del state
@@ -237,29 +226,7 @@ class OrtBackend(StepBackend):
     def close(self) -> None:
         self.sess = None
         self.runner = None
-        import gc
-
         gc.collect()
-
-    # ------------------------------------------------------------------------------------------- internals
-    @staticmethod
-    def _session_options(ort: Any, cfg: pv.SessionConfig) -> Any:
-        so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[cfg.graph_optimization_level])
-        so.log_severity_level = 3
-        for k, v in cfg.config_entries.items():
-            so.add_session_config_entry(k, v)
-        for k, v in cfg.session_attrs.items():
-            if k == "execution_mode":
-                so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL if v == "sequential" else (
-                    ort.ExecutionMode.ORT_PARALLEL)
-            else:
-                setattr(so, k, v)
-        return so
-
-    @staticmethod
-    def _create(ort: Any, path: Any, so: Any, cfg: pv.SessionConfig) -> Any:
-        return ort.InferenceSession(str(path), so, providers=cfg.providers, provider_options=cfg.provider_options)
 
 
 def _verification_summary(v: dict[str, Any] | None) -> dict[str, Any] | None:

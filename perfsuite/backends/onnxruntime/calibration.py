@@ -30,35 +30,16 @@ MARKER = "perfsuite-calibration.json"
 DECODE_STEPS = 4  # decode steps fed after the prefill (their ranges differ from the prefill's)
 
 
-def table_dir(export: ex.ExportResult, cell: Cell) -> Path:
-    sc = cell.scenario
-    entry = export.path.parent
-    return entry.parent / f"{entry.name}-calib-minmax-b{sc.batch_size}-p{sc.prompt_tokens}-n{sc.new_tokens}-c{CALIB_VERSION}"
-
-
 def calibration_feeds(export: ex.ExportResult, cell: Cell, steps: int = DECODE_STEPS) -> list[dict[str, np.ndarray]]:
     """The feeds of one generation at the cell's shapes: a prefill, then ``steps`` decode steps (CPU EP)."""
-    import onnxruntime as ort
-
     from perfsuite import models
 
-    meta = export.meta
     sc = cell.scenario
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(export.path), so, providers=["CPUExecutionProvider"])
-    names = [i.name for i in sess.get_inputs()]
-    cap = sc.prompt_tokens + sc.new_tokens if decoder_io.layout_of(meta) == "static" else None
-    prompt = np.array(models.prompts(sc.batch_size, sc.prompt_tokens, int(meta["geometry"]["vocab"]), seed=23),
+    prompt = np.array(models.prompts(sc.batch_size, sc.prompt_tokens, int(export.meta["geometry"]["vocab"]), seed=23),
                       dtype=np.int64)
-    feeds = [decoder_io.step_feeds(names, prompt, 0, decoder_io.empty_past(meta, sc.batch_size, cap or 0), cap)]
-    out = sess.run(None, feeds[0])
-    past_len = sc.prompt_tokens
-    for _ in range(min(steps, sc.new_tokens - 1)):
-        feeds.append(decoder_io.step_feeds(names, np.asarray(out[1]).reshape(-1, 1), past_len, list(out[2:]), cap))
-        out = sess.run(None, feeds[-1])
-        past_len += 1
-    return feeds
+    run = decoder_io.ort_greedy_steps(decoder_io.cpu_session(export.path), export.meta, prompt,
+                                      steps=min(steps, sc.new_tokens - 1), capacity=sc.prompt_tokens + sc.new_tokens)
+    return [feeds for feeds, _ in run]
 
 
 def table_for(export: ex.ExportResult, cell: Cell) -> Path:
@@ -66,9 +47,11 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
     from onnxruntime.quantization.calibrate import CalibrationDataReader, CalibrationMethod, create_calibrator
     from onnxruntime.quantization.quant_utils import write_calibration_table
 
-    target = table_dir(export, cell)
+    sc, entry = cell.scenario, export.path.parent
+    target = entry.parent / (f"{entry.name}-calib-minmax-b{sc.batch_size}-p{sc.prompt_tokens}-n{sc.new_tokens}"
+                             f"-c{CALIB_VERSION}")
     meta = cache_entry.read_marker(target, MARKER)
-    if (isinstance(meta, dict) and meta.get("export") == export.path.parent.name and TABLE_FILE in meta.get("files", {})
+    if (isinstance(meta, dict) and meta.get("export") == entry.name and TABLE_FILE in meta.get("files", {})
             and cache_entry.files_problem(target, meta["files"]) is None):
         return target / TABLE_FILE
     feeds = calibration_feeds(export, cell)
@@ -91,7 +74,7 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
             ranges = calibrator.compute_data()
             write_calibration_table(dict(ranges.data), dir=str(tmp))
         (tmp / "augmented.onnx").unlink(missing_ok=True)
-        cache_entry.commit(tmp, target, {"export": export.path.parent.name, "method": "MinMax", "feeds": len(feeds),
+        cache_entry.commit(tmp, target, {"export": entry.name, "method": "MinMax", "feeds": len(feeds),
                                          "tensors": len(ranges.data), "calib_version": CALIB_VERSION}, MARKER)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -103,10 +86,6 @@ def read_table(path: Path) -> dict[str, float]:
     """The ranges in a calibration table as the MIGraphX EP reads it (flatbuffers ``TrtTable``: name -> value)."""
     from onnxruntime.quantization.CalTableFlatBuffers import TrtTable
 
-    buf = Path(path).read_bytes()
-    table = TrtTable.TrtTable.GetRootAsTrtTable(buf, 0)
-    out = {}
-    for i in range(table.DictLength()):
-        kv = table.Dict(i)
-        out[kv.Key().decode()] = float(kv.Value())
-    return out
+    table = TrtTable.TrtTable.GetRootAsTrtTable(Path(path).read_bytes(), 0)
+    pairs = [table.Dict(i) for i in range(table.DictLength())]
+    return {kv.Key().decode(): float(kv.Value()) for kv in pairs}

@@ -32,6 +32,7 @@ sees one shape: a prefill session (``seq`` = prompt) and a decode session (``seq
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,15 @@ def io_names(num_layers: int) -> tuple[list[str], list[str]]:
 
 
 # --------------------------------------------------------------------------------------------- running (numpy)
+
+def cpu_session(path: Path) -> Any:
+    """A CPU-EP session of an exported graph, with ORT's own log at severity 3 (errors and worse)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
 
 def layout_of(meta: dict[str, Any]) -> str:
     return str(meta.get("layout", "dynamic"))
@@ -92,23 +102,29 @@ def step_feeds(input_names: list[str], ids: np.ndarray, past_len: int, past: lis
             **(dict(zip(input_names[3:], past, strict=True)) if past else {})}
 
 
-def ort_greedy_logits(sess: Any, meta: dict[str, Any], prompt: np.ndarray, forced: list[np.ndarray] | None = None,
-                      steps: int = 0) -> list[Any]:
-    """Last-position logits of a prefill and of one decode step per ``forced`` token column (teacher forcing);
-    with ``forced=None``, ``steps`` decode steps on the model's own greedy tokens."""
+def ort_greedy_steps(sess: Any, meta: dict[str, Any], prompt: np.ndarray, forced: list[np.ndarray] | None = None,
+                     steps: int = 0, capacity: int | None = None) -> Iterator[tuple[dict[str, Any], list[Any]]]:
+    """(feeds, outputs) of a prefill and of one decode step per ``forced`` token column (teacher forcing); with
+    ``forced=None``, ``steps`` decode steps on the model's own greedy tokens. The static layout's capacity defaults
+    to prompt + decode steps."""
     names = [i.name for i in sess.get_inputs()]
     b, p = prompt.shape
     n = len(forced) if forced is not None else steps
-    cap = p + n if layout_of(meta) == "static" else None  # the static layout: capacity = prompt + decode steps
-    out = sess.run(None, step_feeds(names, prompt, 0, empty_past(meta, b, cap or 0), cap))
-    logits = [out[0].astype(np.float32)]
-    past, past_len = out[2:], p
+    cap = (capacity or p + n) if layout_of(meta) == "static" else None
+    feeds = step_feeds(names, prompt, 0, empty_past(meta, b, cap or 0), cap)
+    out = sess.run(None, feeds)
+    yield feeds, out
     for k in range(n):
         tok = forced[k] if forced is not None else out[1]
-        out = sess.run(None, step_feeds(names, np.asarray(tok).reshape(b, 1), past_len, past, cap))
-        logits.append(out[0].astype(np.float32))
-        past, past_len = out[2:], past_len + 1
-    return logits
+        feeds = step_feeds(names, np.asarray(tok).reshape(b, 1), p + k, out[2:], cap)
+        out = sess.run(None, feeds)
+        yield feeds, out
+
+
+def ort_greedy_logits(sess: Any, meta: dict[str, Any], prompt: np.ndarray, forced: list[np.ndarray] | None = None,
+                      steps: int = 0) -> list[Any]:
+    """Last-position logits of :func:`ort_greedy_steps`."""
+    return [out[0].astype(np.float32) for _, out in ort_greedy_steps(sess, meta, prompt, forced, steps)]
 
 
 def torch_greedy_logits(model: Any, prompt: np.ndarray, steps: int) -> list[np.ndarray]:
@@ -141,13 +157,9 @@ def tolerance(dtype: str, ref: np.ndarray) -> float:
 def verify_parity(model: Any, onnx_path: Path, meta: dict[str, Any],
                   cases: tuple[tuple[int, int, int], ...] = VERIFY_CASES) -> dict[str, Any]:
     """Teacher-forced greedy parity of the ONNX model (CPU EP) against torch at several shapes."""
-    import onnxruntime as ort
-
     from perfsuite import models
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(onnx_path)
     vocab = int(meta["geometry"]["vocab"])
     report: list[dict[str, Any]] = []
     bad: list[str] = []

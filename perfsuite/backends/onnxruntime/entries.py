@@ -2,9 +2,8 @@
 
 Entries have the one cache format of :mod:`perfsuite.cache_entry` (built in a temporary directory, renamed into
 place, marker written last with file sizes and SHA-256s; here also the verification result), so a partial or
-corrupt entry is rebuilt, never loaded. An entry
-whose graph is not an export of the model it is keyed by (a copied or forged entry) is found by
-:func:`model_mismatch`.
+corrupt entry is rebuilt, never loaded. An entry whose graph is not an export of the model it is keyed by (a copied
+or forged entry) is found by :func:`model_mismatch`.
 """
 
 from __future__ import annotations
@@ -20,12 +19,6 @@ from perfsuite.cache_entry import file_record, new_tmp  # noqa: F401  (re-export
 
 MARKER = "perfsuite-onnx.json"
 MODEL_FILE = "model.onnx"
-
-
-def onnx_cache_dir(cache_dir: Path | None = None) -> Path:
-    from perfsuite import models
-
-    return (cache_dir or models.default_cache_dir()) / "onnx"
 
 
 def entry_problem(entry: Path, run_checker: bool = True) -> str | None:

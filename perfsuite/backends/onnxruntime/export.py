@@ -4,11 +4,9 @@ The graph's interface (dynamic and static KV layouts), its numpy feeds and the p
 :mod:`.decoder_io`; the trace in :mod:`.tracing`; the cache entries in :mod:`.entries`.
 
 The exporter is ``torch.onnx.export(dynamo=False)`` (TorchScript) of a wrapper that builds a transformers
-``DynamicCache`` from the flat past tensors and flattens the returned cache. Cache entries live in
-``<cache>/onnx/<key>/`` (model.onnx + perfsuite-onnx.json), keyed by the model digest, dtype, opset, attention
-implementation and exporter version (torch + transformers + EXPORT_VERSION). An entry is built in a temporary
-directory and renamed into place; the marker is written last and records file sizes and SHA-256s, and the
-verification result, so a partial or corrupt entry is rebuilt, never loaded.
+``DynamicCache`` from the flat past tensors and flattens the returned cache. Cache entries (format: see
+:mod:`.entries`) are keyed by the model digest, dtype, opset, attention implementation and exporter version
+(torch + transformers + EXPORT_VERSION).
 """
 
 from __future__ import annotations
@@ -21,23 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfsuite.backends.onnxruntime import entries, tracing
 from perfsuite.backends.onnxruntime.decoder_io import ExportError, verify_parity
-from perfsuite.backends.onnxruntime.entries import (
-    MARKER,
-    MODEL_FILE,
-    model_mismatch,
-    new_tmp,
-    onnx_cache_dir,
-    read_entry,
-    write_entry,
-)
-from perfsuite.backends.onnxruntime.tracing import (
-    consolidate,
-    kv_geometry,
-    load_torch_model,
-    static_dim_problems,
-    torch_export,
-)
+from perfsuite.backends.onnxruntime.entries import MODEL_FILE
 
 EXPORT_VERSION = 1  # bump when the graph interface or the export recipe changes
 STATIC_EXPORT_VERSION = 1  # the same for the static layout (its keys carry it; dynamic keys stay as they were)
@@ -97,11 +81,13 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
         raise ExportError(f"onnxruntime cells support {', '.join(ORT_DTYPES)}, not {spec.dtype}")
     if spec.layout not in LAYOUTS:
         raise ExportError(f"decoder layout {spec.layout!r}: use one of {', '.join(LAYOUTS)}")
-    target = onnx_cache_dir(cache_dir) / spec.key
-    meta = read_entry(target) if target.exists() else None
+    from perfsuite import models
+
+    target = (cache_dir or models.default_cache_dir()) / "onnx" / spec.key
+    meta = entries.read_entry(target) if target.exists() else None
     rebuilt_because = None
     if meta is not None:
-        mismatch = model_mismatch(target, spec.model_dir, spec.dtype)
+        mismatch = entries.model_mismatch(target, spec.model_dir, spec.dtype)
         if mismatch:  # rebuild it like a corrupt entry, and say so
             rebuilt_because = f"cached entry {target} was not an export of {spec.model_dir}: {mismatch}"
             meta = None
@@ -109,17 +95,17 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
         _raise_if_failed(meta)
         return ExportResult(target / MODEL_FILE, meta, True, float(meta.get("export_seconds", 0.0)))
     t0 = time.perf_counter()
-    tmp = new_tmp(target)
+    tmp = entries.new_tmp(target)
     try:
-        model = load_torch_model(spec.model_dir, spec.dtype, spec.attn_implementation)
-        layers, kv_heads, head_dim = kv_geometry(model.config)
-        torch_export(model, tmp / MODEL_FILE, spec.dtype, spec.opset, spec.layout)
-        consolidate(tmp)
+        model = tracing.load_torch_model(spec.model_dir, spec.dtype, spec.attn_implementation)
+        layers, kv_heads, head_dim = tracing.kv_geometry(model.config)
+        tracing.torch_export(model, tmp / MODEL_FILE, spec.dtype, spec.opset, spec.layout)
+        tracing.consolidate(tmp)
         export_s = time.perf_counter() - t0
         import onnx
 
         onnx.checker.check_model(str(tmp / MODEL_FILE))
-        problems = static_dim_problems(tmp / MODEL_FILE, spec.layout)
+        problems = tracing.static_dim_problems(tmp / MODEL_FILE, spec.layout)
         if problems:
             raise ExportError(f"exported graph has static dimensions that must be dynamic: {', '.join(problems)}")
         import torch
@@ -140,15 +126,15 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
             meta["rebuilt_because"] = rebuilt_because
         del model
         try:
-            write_entry(tmp, target, meta)
+            entries.write_entry(tmp, target, meta)
         except OSError as exc:
             why = f"{rebuilt_because}; " if rebuilt_because else ""
             raise ExportError(f"{why}cannot replace the ONNX cache entry {target} ({exc}); remove that directory by "
                               "hand (rm -r) or point PERFSUITE_CACHE_DIR / [tool.perfsuite] cache_dir elsewhere") from exc
-        if rebuilt_because and model_mismatch(target, spec.model_dir, spec.dtype):
+        if rebuilt_because and entries.model_mismatch(target, spec.model_dir, spec.dtype):
             raise ExportError(f"{rebuilt_because}; it could not be replaced: remove {target} by hand (rm -r) or point "
                               "PERFSUITE_CACHE_DIR / [tool.perfsuite] cache_dir elsewhere")
-        meta = json.loads((target / MARKER).read_text())  # as recorded: with the files' sizes and hashes
+        meta = json.loads((target / entries.MARKER).read_text())  # as recorded: with the files' sizes and hashes
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,8 +1,9 @@
 """Execution providers: which EP a backend name means, its options, and how to tell whether it really ran.
 
-Everything here is a pure function of a cell / an ORT version / captured ORT output, so it is unit-tested
-without the provider's hardware. Option names are the ones ORT's provider-option parsers accept (the Python
-``provider_options`` dict), not the C struct field names (``OrtMIGraphXProviderOptions`` differs):
+Everything here is a pure function of a cell / an ORT version / captured ORT output (``session_options`` only
+copies a config onto ORT's object), so it is unit-tested without the provider's hardware. Option names are the
+ones ORT's provider-option parsers accept (the Python ``provider_options`` dict), not the C struct field names
+(``OrtMIGraphXProviderOptions`` differs):
 
 * MIGraphX: the keys ORT's *Python* API accepts, which are not those of the C++ provider-options parser: the
   Python binding (``onnxruntime/python/onnxruntime_pybind_state.cc``) has spelled them ``migraphx_*`` since before
@@ -43,7 +44,10 @@ EP_OF_BACKEND: dict[str, tuple[str, str, str]] = {
     "onnxruntime-dml": ("DmlExecutionProvider", "dml", "onnxruntime-directml on a Windows runner"),
 }
 
-OPT_LEVELS = ("disable", "basic", "extended", "all")
+# graph_optimization_level option -> ort.GraphOptimizationLevel member
+ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+              "all": "ORT_ENABLE_ALL"}
+OPT_LEVELS = tuple(ORT_LEVELS)
 DECODER_LAYOUTS = ("dynamic", "static")
 # onnxruntime cell quantizations: ORT's dynamic int8 graph on every EP, MIGraphX's calibrated int8 on MIGraphX only.
 QUANTIZATIONS = ("none", "int8-dynamic", "int8-static")
@@ -156,16 +160,6 @@ def migraphx_option_names(ort_version: str) -> dict[str, str]:
     return {k: v for k, v in names.items() if v in keys}
 
 
-def check_migraphx_keys(po: dict[str, str], ort_version: str) -> None:
-    where, keys = migraphx_python_keys(ort_version)
-    bad = sorted(set(po) - keys)
-    if bad:
-        raise ProviderConfigError(
-            f"MIGraphX provider option(s) {', '.join(bad)} are not accepted by onnxruntime {ort_version}'s Python API "
-            f"(it would raise 'Invalid MIGraphX EP option' and fall back to the CPU); it accepts "
-            f"{', '.join(sorted(keys))} ({PYBIND_SOURCE}, {where})")
-
-
 def decoder_layout(backend: str, options: dict[str, Any]) -> tuple[str, str]:
     """Which decoder export a cell runs (``dynamic`` or ``static``, see decoder_io.py) and why."""
     ep = ep_of(backend)
@@ -198,10 +192,8 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
     if unknown:
         raise ProviderConfigError(f"unknown onnxruntime backend option(s) {unknown}; known: "
                                   f"{', '.join(sorted(KNOWN_OPTIONS))}")
-    ep, io_device, _ = EP_OF_BACKEND.get(backend, (None, None, None))
-    if ep is None:
-        ep_of(backend)  # raises
-    assert ep is not None and io_device is not None
+    ep = ep_of(backend)
+    io_device = EP_OF_BACKEND[backend][1]
     is_device = ep != CPU_EP
     level = str(options.get("graph_optimization_level", "all")).lower()
     if level not in OPT_LEVELS:
@@ -212,7 +204,7 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
         raise ProviderConfigError(
             "strict=true on onnxruntime-cpu cannot work: ORT rejects disabling the CPU EP fallback while the CPU "
             "EP is the requested provider; remove `strict` from [tool.perfsuite.backend_options.onnxruntime-cpu]")
-    po: dict[str, str] = {}
+    po: dict[str, str] = {"device_id": str(device_id)} if is_device else {}
     entries: dict[str, str] = {}
     attrs: dict[str, Any] = {}
     if quantization == "int8-static" and ep != "MIGraphXExecutionProvider":
@@ -220,7 +212,6 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
                                   f"{backend} cells take none or int8-dynamic")
     if ep == "MIGraphXExecutionProvider":
         names = migraphx_option_names(ort_version)
-        po["device_id"] = str(device_id)
         # The dtypes axis decides fp16: a float16 cell is MIGraphX's fp16 mode over the float16 export.
         if "fp16" in options and _flag(options["fp16"]) != _flag(dtype == "float16"):
             raise ProviderConfigError(
@@ -256,23 +247,20 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
                     f"MIGraphX option {key!r}: no onnxruntime version's Python API accepts a MIGraphX {key} "
                     f"(checked {PYBIND_SOURCE} from 1.17 to 1.23); drop it from "
                     f"[tool.perfsuite.backend_options.{backend}]")
-        if "offload_copy" in options:
-            # MIGraphX's offload_copy is a compile flag the EP sets itself (ORT owns the host<->device copies,
-            # IO binding keeps tensors on the device); no ORT version exposes it as a provider option.
-            if bool(options["offload_copy"]):
-                raise ProviderConfigError(
-                    "offload_copy=true: ORT's MIGraphX EP has no such provider option (the EP compiles with "
-                    "offload_copy off and does the copies itself); use io_binding=false to measure host-side "
-                    "inputs/outputs instead")
+        # MIGraphX's offload_copy is a compile flag the EP sets itself (ORT owns the host<->device copies,
+        # IO binding keeps tensors on the device); no ORT version exposes it as a provider option.
+        if options.get("offload_copy"):
+            raise ProviderConfigError(
+                "offload_copy=true: ORT's MIGraphX EP has no such provider option (the EP compiles with "
+                "offload_copy off and does the copies itself); use io_binding=false to measure host-side "
+                "inputs/outputs instead")
     elif ep == "ROCMExecutionProvider":
-        po["device_id"] = str(device_id)
         po["tunable_op_enable"] = _flag(options.get("tunable_op", False))
         po["tunable_op_tuning_enable"] = _flag(options.get("tunable_op_tuning", False))
         po.update(_arena(options))
         if options.get("enable_graph"):
             po["enable_hip_graph"] = "1"
     elif ep == "CUDAExecutionProvider":
-        po["device_id"] = str(device_id)
         po.update(_arena(options))
         if "cudnn_conv_algo_search" in options:
             po["cudnn_conv_algo_search"] = str(options["cudnn_conv_algo_search"])
@@ -281,13 +269,18 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
         if options.get("enable_graph"):
             po["enable_cuda_graph"] = "1"
     elif ep == "DmlExecutionProvider":
-        po["device_id"] = str(device_id)
         attrs["enable_mem_pattern"] = False  # DirectML requires both
         attrs["execution_mode"] = "sequential"
     if isinstance(options.get("provider_options"), dict):  # escape hatch: raw provider options, verbatim
         po.update({str(k): str(v) for k, v in options["provider_options"].items()})
-    if ep == "MIGraphXExecutionProvider":
-        check_migraphx_keys(po, ort_version)  # the escape hatch too: a wrong key would silently run on the CPU
+    if ep == "MIGraphXExecutionProvider":  # the escape hatch too: a wrong key would silently run on the CPU
+        where, keys = migraphx_python_keys(ort_version)
+        bad = sorted(set(po) - keys)
+        if bad:
+            raise ProviderConfigError(
+                f"MIGraphX provider option(s) {', '.join(bad)} are not accepted by onnxruntime {ort_version}'s "
+                f"Python API (it would raise 'Invalid MIGraphX EP option' and fall back to the CPU); it accepts "
+                f"{', '.join(sorted(keys))} ({PYBIND_SOURCE}, {where})")
     if "threads" in options:
         attrs["intra_op_num_threads"] = int(options["threads"])
     if "inter_op_threads" in options:
@@ -308,6 +301,22 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
                          config_entries=entries, graph_optimization_level=level, strict=strict,
                          io_binding=io_binding, io_device=str(options.get("iobinding_device", io_device)),
                          device_id=device_id, session_attrs=attrs)
+
+
+def session_options(ort: Any, cfg: SessionConfig) -> Any:
+    """The ``ort.SessionOptions`` of a config (ORT's own log at severity 3: errors and worse)."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[cfg.graph_optimization_level])
+    so.log_severity_level = 3
+    for k, v in cfg.config_entries.items():
+        so.add_session_config_entry(k, v)
+    for k, v in cfg.session_attrs.items():
+        if k == "execution_mode":
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL if v == "sequential" else (
+                ort.ExecutionMode.ORT_PARALLEL)
+        else:
+            setattr(so, k, v)
+    return so
 
 
 def short_ep(name: str) -> str:
@@ -372,11 +381,6 @@ def count_assignment(subgraphs: Iterable[Any]) -> dict[str, int]:
     return dict(counts)
 
 
-def assignment_to_json(subgraphs: Iterable[Any]) -> list[dict[str, Any]]:
-    return [{"ep_name": s.ep_name, "nodes": [{"name": n.name, "op_type": n.op_type, "domain": n.domain}
-                                             for n in s.get_nodes()]} for s in subgraphs]
-
-
 _PLACED = re.compile(r"(?:Node\(s\)|All nodes) placed on \[(\w+)\]\.\s*Number of nodes:\s*(\d+)")
 
 
@@ -384,10 +388,7 @@ def parse_node_placements(log_text: str) -> dict[str, int]:
     """Nodes per EP from ORT's verbose session log (``VerifyEachNodeIsAssignedToAnEp``): either one line
     ``All nodes placed on [EP]. Number of nodes: N`` or one ``Node(s) placed on [EP]. Number of nodes: N`` per
     EP. Empty dict if the log holds no placement report."""
-    counts: dict[str, int] = {}
-    for m in _PLACED.finditer(log_text):
-        counts[m.group(1)] = int(m.group(2))
-    return counts
+    return {m.group(1): int(m.group(2)) for m in _PLACED.finditer(log_text)}
 
 
 def cpu_node_summary(counts: dict[str, int]) -> dict[str, int]:
@@ -395,4 +396,5 @@ def cpu_node_summary(counts: dict[str, int]) -> dict[str, int]:
 
 
 def dumps_assignment(subgraphs: Iterable[Any]) -> str:
-    return json.dumps(assignment_to_json(subgraphs))
+    return json.dumps([{"ep_name": s.ep_name, "nodes": [{"name": n.name, "op_type": n.op_type, "domain": n.domain}
+                                                        for n in s.get_nodes()]} for s in subgraphs])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import time
 import warnings
 from collections.abc import Iterator
@@ -36,24 +37,13 @@ def quiet_root_logger() -> Iterator[None]:
         root.setLevel(old)
 
 
-def quantized_dir(float_entry: Path) -> Path:
-    import onnxruntime as ort
-
-    return float_entry.parent / f"{float_entry.name}-int8dyn-q{QUANT_VERSION}-ort{ort.__version__}"
-
-
 def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any],
                    cases: tuple[tuple[int, int, int], ...] = AGREEMENT_CASES) -> float:
     """Fraction of positions where the int8 model's greedy token equals the float model's (teacher-forced on the
     float model's tokens so a single flip does not cascade)."""
-    import onnxruntime as ort
-
     from perfsuite import models
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    ref_sess = ort.InferenceSession(str(float_path), so, providers=["CPUExecutionProvider"])
-    q_sess = ort.InferenceSession(str(quant_path), so, providers=["CPUExecutionProvider"])
+    ref_sess, q_sess = decoder_io.cpu_session(float_path), decoder_io.cpu_session(quant_path)
     vocab = int(meta["geometry"]["vocab"])
     agree = total = 0
     for b, p, steps in cases:
@@ -69,10 +59,11 @@ def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any],
 
 def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
     """Cached int8-dynamic version of a float export (weights QInt8, activations quantized at run time)."""
+    import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     float_entry = float_result.path.parent
-    target = quantized_dir(float_entry)
+    target = float_entry.parent / f"{float_entry.name}-int8dyn-q{QUANT_VERSION}-ort{ort.__version__}"
     float_sha = (float_result.meta.get("files") or {}).get(entries.MODEL_FILE, {}).get("sha256")
     meta = entries.read_entry(target) if target.exists() else None
     if meta is not None and (meta.get("float_sha256") != float_sha or entries.model_mismatch(
@@ -91,16 +82,10 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
         q_s = time.perf_counter() - t0
         meta = {**{k: v for k, v in float_result.meta.items() if k not in ("files", "verification")},
                 "kind": "int8-dynamic", "quant_version": QUANT_VERSION, "float_entry": float_entry.name,
-                "float_sha256": float_sha,
-                "quantize_seconds": round(q_s, 3)}
-        import onnxruntime as ort
-
-        meta["onnxruntime"] = ort.__version__
+                "float_sha256": float_sha, "quantize_seconds": round(q_s, 3), "onnxruntime": ort.__version__}
         meta["int8_top1_agreement"] = round(top1_agreement(float_result.path, tmp / entries.MODEL_FILE, meta), 4)
         entries.write_entry(tmp, target, meta)
     except BaseException:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ex.ExportResult(target / entries.MODEL_FILE, meta, False, time.perf_counter() - t0)

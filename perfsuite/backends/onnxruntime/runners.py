@@ -57,16 +57,36 @@ def _tokens(nxt: Any) -> list[int]:
     return [int(t) for t in np.asarray(nxt).reshape(-1).tolist()]
 
 
-class DynamicRunner:
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape() if callable(getattr(x, "shape", None)) else x.shape)
+
+
+class _Runner:
+    """What both layouts share: the graph's input/output names, the shape log and a plain (unbound) step."""
+
+    def __init__(self, sess: Any, cfg: pv.SessionConfig, meta: dict[str, Any]) -> None:
+        self.cfg, self.meta = cfg, meta
+        self.inputs = [i.name for i in sess.get_inputs()]
+        self.outputs = [o.name for o in sess.get_outputs()]
+        self.shapes = ShapeLog()
+
+    def _plain(self, sess: Any, name: str, ids: np.ndarray, past_len: int, past: list[Any], step: int,
+               capacity: int | None = None) -> tuple[list[int], State]:
+        feeds = decoder_io.step_feeds(self.inputs, ids, past_len, past, capacity)
+        self.shapes.note(name, ids.shape, feeds["attention_mask"].shape, _shape(past[0]))
+        outs = sess.run(["next_token", *self.outputs[2:]], feeds)
+        nxt = outs[0]
+        return _tokens(nxt), State(outs[1:], past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64), step)
+
+
+class DynamicRunner(_Runner):
     """The dynamic layout: one session, ``past`` grows by one slot per decode step (a new shape every step)."""
 
     layout = "dynamic"
 
     def __init__(self, sess: Any, cfg: pv.SessionConfig, meta: dict[str, Any]) -> None:
-        self.sess, self.cfg, self.meta = sess, cfg, meta
-        self.inputs = [i.name for i in sess.get_inputs()]
-        self.outputs = [o.name for o in sess.get_outputs()]
-        self.shapes = ShapeLog()
+        super().__init__(sess, cfg, meta)
+        self.sess = sess
 
     def prefill(self, ids: np.ndarray) -> tuple[list[int], State]:
         self.shapes.new_generation()
@@ -76,44 +96,34 @@ class DynamicRunner:
         return self._step(state.last.reshape(-1, 1), state.past_len, state.past, state.step + 1)
 
     def _step(self, ids: np.ndarray, past_len: int, past: list[Any], step: int) -> tuple[list[int], State]:
+        if not self.cfg.io_binding:
+            return self._plain(self.sess, "decoder", ids, past_len, past, step)
+        import onnxruntime as ort
+
         feeds = decoder_io.step_feeds(self.inputs, ids, past_len, [])
         self.shapes.note("decoder", ids.shape, feeds["attention_mask"].shape, _shape(past[0]))
-        past_names = self.inputs[3:]
-        presents = self.outputs[2:]
-        if self.cfg.io_binding:
-            import onnxruntime as ort
-
-            b = self.sess.io_binding()
-            for name, value in feeds.items():
+        b = self.sess.io_binding()
+        for name, value in feeds.items():
+            b.bind_cpu_input(name, value)
+        for name, value in zip(self.inputs[3:], past, strict=True):
+            if isinstance(value, ort.OrtValue):
+                b.bind_ortvalue_input(name, value)
+            else:
                 b.bind_cpu_input(name, value)
-            for name, value in zip(past_names, past, strict=True):
-                if isinstance(value, ort.OrtValue):
-                    b.bind_ortvalue_input(name, value)
-                else:
-                    b.bind_cpu_input(name, value)
-            b.bind_output("next_token", "cpu")
-            b.bind_output("logits", self.cfg.io_device, self.cfg.device_id)
-            for name in presents:
-                b.bind_output(name, self.cfg.io_device, self.cfg.device_id)
-            self.sess.run_with_iobinding(b)
-            outs = b.get_outputs()
-            nxt = outs[0].numpy()
-            new_past = list(outs[2:])
-        else:
-            feeds.update(zip(past_names, past, strict=True))
-            outs = self.sess.run(["next_token", *presents], feeds)
-            nxt, new_past = outs[0], outs[1:]
-        return _tokens(nxt), State(new_past, past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64), step)
+        b.bind_output("next_token", "cpu")
+        b.bind_output("logits", self.cfg.io_device, self.cfg.device_id)
+        for name in self.outputs[2:]:
+            b.bind_output(name, self.cfg.io_device, self.cfg.device_id)
+        self.sess.run_with_iobinding(b)
+        outs = b.get_outputs()
+        nxt = outs[0].numpy()
+        return _tokens(nxt), State(list(outs[2:]), past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64), step)
 
     def info(self) -> dict[str, Any]:
         return {"sessions": 1}
 
 
-def _shape(x: Any) -> tuple[int, ...]:
-    return tuple(x.shape() if callable(getattr(x, "shape", None)) else x.shape)
-
-
-class StaticRunner:
+class StaticRunner(_Runner):
     """The static layout: a prefill session pinned to ``[batch, prompt]`` and a decode session pinned to
     ``[batch, 1]``, both over KV buffers of ``capacity`` slots (free-dimension overrides)."""
 
@@ -121,36 +131,27 @@ class StaticRunner:
 
     def __init__(self, prefill_sess: Any, decode_sess: Any, cfg: pv.SessionConfig, meta: dict[str, Any],
                  batch: int, prompt: int, capacity: int, graph: bool = False) -> None:
-        self.prefill_sess, self.decode_sess, self.cfg, self.meta = prefill_sess, decode_sess, cfg, meta
+        super().__init__(decode_sess, cfg, meta)
+        self.prefill_sess, self.decode_sess = prefill_sess, decode_sess
         self.batch, self.prompt, self.capacity, self.graph = batch, prompt, capacity, graph
-        self.inputs = [i.name for i in decode_sess.get_inputs()]
-        self.outputs = [o.name for o in decode_sess.get_outputs()]
-        self.shapes = ShapeLog()
         self._zero_past = decoder_io.empty_past(meta, batch, capacity)
         self._bound: _BoundBuffers | None = _BoundBuffers(self) if cfg.io_binding else None
 
     def prefill(self, ids: np.ndarray) -> tuple[list[int], State]:
         self.shapes.new_generation()
         if ids.shape != (self.batch, self.prompt):
-            raise decoder_io.ExportError(f"static decoder sessions are pinned to batch {self.batch} x prompt {self.prompt}; "
-                                 f"got prompts of shape {ids.shape}")
+            raise decoder_io.ExportError(f"static decoder sessions are pinned to batch {self.batch} x prompt "
+                                         f"{self.prompt}; got prompts of shape {ids.shape}")
         if self._bound is not None:
             return self._bound.run(ids, 0, 0)
-        return self._plain(self.prefill_sess, "prefill", ids, 0, self._zero_past, 0)
+        return self._plain(self.prefill_sess, "prefill", ids, 0, self._zero_past, 0, self.capacity)
 
     def decode(self, state: State) -> tuple[list[int], State]:
         ids = state.last.reshape(-1, 1)
         if self._bound is not None:
             return self._bound.run(ids, state.past_len, state.step + 1)
-        return self._plain(self.decode_sess, "decode", ids, state.past_len, state.past, state.step + 1)
-
-    def _plain(self, sess: Any, name: str, ids: np.ndarray, past_len: int, past: list[Any],
-               step: int) -> tuple[list[int], State]:
-        feeds = decoder_io.step_feeds(self.inputs, ids, past_len, past, self.capacity)
-        self.shapes.note(name, ids.shape, feeds["attention_mask"].shape, _shape(past[0]))
-        outs = sess.run(["next_token", *self.outputs[2:]], feeds)
-        nxt = outs[0]
-        return _tokens(nxt), State(outs[1:], past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64), step)
+        return self._plain(self.decode_sess, "decode", ids, state.past_len, state.past, state.step + 1,
+                           self.capacity)
 
     def info(self) -> dict[str, Any]:
         return {"sessions": 2, "capacity": self.capacity, "prefill_shape": [self.batch, self.prompt],
@@ -166,8 +167,7 @@ class _BoundBuffers:
     def __init__(self, runner: StaticRunner) -> None:
         import onnxruntime as ort
 
-        r = runner
-        self.r = r
+        self.r = r = runner
         dev, dev_id = r.cfg.io_device, r.cfg.device_id
 
         def ov(arr: np.ndarray) -> Any:

@@ -8,13 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from perfsuite.backends.onnxruntime.decoder_io import (
-    DYNAMIC_DIMS,
-    KV_DYNAMIC_DIMS,
-    STATIC_DIM_NAMES,
-    STATIC_KV_DIM_NAMES,
-    io_names,
-)
+from perfsuite.backends.onnxruntime import decoder_io
 from perfsuite.backends.onnxruntime.entries import MODEL_FILE
 
 
@@ -51,9 +45,7 @@ def _wrapper(model: Any, num_layers: int) -> Any:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              past_key_values=cache, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1, :]
-            flat = []
-            for layer in out.past_key_values.layers:
-                flat += [layer.keys, layer.values]
+            flat = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
             return (logits, logits.float().argmax(dim=-1), *flat)
 
     return DecoderWithPast().eval()
@@ -113,9 +105,7 @@ def _static_wrapper(model: Any, num_layers: int) -> Any:
             out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
                              past_key_values=cache, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1, :]
-            flat = []
-            for layer in layers:
-                flat += layer.buffers
+            flat = [t for layer in layers for t in layer.buffers]
             return (logits, logits.float().argmax(dim=-1), *flat)
 
     return StaticDecoder().eval()
@@ -131,26 +121,23 @@ def torch_export(model: Any, path: Path, dtype: str, opset: int, layout: str = "
     ids = torch.randint(4, 100, (b, s), dtype=torch.long)
     pos = torch.arange(p, p + s, dtype=torch.long)[None].expand(b, s).contiguous()
     tdtype = getattr(torch, dtype)
-    inputs, outputs = io_names(layers)
+    inputs, outputs = decoder_io.io_names(layers)
     if layout == "static":
         capacity = p + s + 3  # slots beyond the valid part, as in every decode step but the last
         wrapper = _static_wrapper(model, layers)
         mask = torch.zeros(b, capacity, dtype=torch.long)
         mask[:, :p + s] = 1
         past = [torch.randn(b, kv_heads, capacity, head_dim, dtype=tdtype) for _ in range(2 * layers)]
-        axes = {k: dict(v) for k, v in STATIC_DIM_NAMES.items()}
-        for n in inputs[3:] + outputs[2:]:
-            axes[n] = dict(STATIC_KV_DIM_NAMES)
+        axes = {k: dict(v) for k, v in decoder_io.STATIC_DIM_NAMES.items()}
+        axes.update({n: dict(decoder_io.STATIC_KV_DIM_NAMES) for n in inputs[3:] + outputs[2:]})
     else:
         wrapper = _wrapper(model, layers)
         mask = torch.ones(b, p + s, dtype=torch.long)
         past = [torch.randn(b, kv_heads, p, head_dim, dtype=tdtype) for _ in range(2 * layers)]
         axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
                 "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch"}, "next_token": {0: "batch"}}
-        for n in inputs[3:]:
-            axes[n] = {0: "batch", 2: "past"}
-        for n in outputs[2:]:
-            axes[n] = {0: "batch", 2: "total"}
+        axes.update({n: {0: "batch", 2: "past"} for n in inputs[3:]})
+        axes.update({n: {0: "batch", 2: "total"} for n in outputs[2:]})
     with warnings.catch_warnings(), torch.no_grad():
         # TracerWarnings, the legacy-exporter DeprecationWarning, aten::index notes: the parity check below is
         # what decides whether the trace is right.
@@ -183,9 +170,9 @@ def static_dim_problems(onnx_path: Path, layout: str = "dynamic") -> list[str]:
     for vi in list(graph.input) + list(graph.output):
         kv = vi.name.startswith(("past_", "present."))
         if layout == "static":
-            named = STATIC_DIM_NAMES.get(vi.name, STATIC_KV_DIM_NAMES if kv else {})
+            named = decoder_io.STATIC_DIM_NAMES.get(vi.name, decoder_io.STATIC_KV_DIM_NAMES if kv else {})
         else:
-            named = {a: "" for a in DYNAMIC_DIMS.get(vi.name, KV_DYNAMIC_DIMS if kv else ())}
+            named = {a: "" for a in decoder_io.DYNAMIC_DIMS.get(vi.name, decoder_io.KV_DYNAMIC_DIMS if kv else ())}
         dims = vi.type.tensor_type.shape.dim
         for axis, name in named.items():
             if axis >= len(dims) or not dims[axis].dim_param or (name and dims[axis].dim_param != name):
