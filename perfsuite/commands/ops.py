@@ -105,6 +105,7 @@ def _gaps(args: argparse.Namespace, rc: str) -> tuple[Any, Path, list[Any]]:
 
 def main(args: argparse.Namespace) -> int:
     from perfsuite.ops import known_gaps, profiles, registry
+    from perfsuite.ops.shapes import SHAPE_CLASSES
     from perfsuite.ops.sweep import SweepConfig, repro, run_sweep
 
     if args.list:
@@ -125,8 +126,6 @@ def main(args: argparse.Namespace) -> int:
     unknown_ops = [o for o in ops if o not in registry.public_ops()]
     if unknown_ops:
         raise UsageError(f"--ops: unknown op(s) {', '.join(unknown_ops)}; known: {', '.join(registry.public_ops())}")
-    from perfsuite.ops.shapes import SHAPE_CLASSES
-
     classes = list(SHAPE_CLASSES) if args.classes == "all" else _csv(args.classes)
     bad = [c for c in classes if c not in SHAPE_CLASSES]
     if bad:
@@ -139,9 +138,7 @@ def main(args: argparse.Namespace) -> int:
     examples = args.examples if args.examples is not None else profiles.SWEEP_EXAMPLES[profile]
     if examples < 1:
         raise UsageError(f"--examples {examples}: use a whole number >= 1")
-    database = None
-    if profile == "nightly":
-        database = profiles._settings_kwargs("nightly")["database"]
+    database = profiles._settings_kwargs("nightly")["database"] if profile == "nightly" else None
     rc = _runner_class(args)
     found, gaps_path, covered = _gaps(args, rc)
 
@@ -187,14 +184,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"  NOT CHARACTERISED {g['op']}/{g['shape_class']}/{g['backend']}/{g['dtype']}: {g['worst']}: "
                   f"{g['detail']}")
     for g in report.fixed:
-        fix = ("under injected CPU flags this CPU's kernels ran, not the injected CPU's: keep the entry" if found.env and found.env.cpu_flags_injected
-               else "delete the entry")
+        fix = ("under injected CPU flags this CPU's kernels ran, not the injected CPU's: keep the entry"
+               if found.env and found.env.cpu_flags_injected else "delete the entry")
         print(f"  FIXED {g['gap']}: all {g['cells_passed']} matching cell(s) pass; {fix}")
-    if (report.new or (args.strict and report.uncharacterised)) and not args.write_known_gaps:
-        return 1
-    if report.fixed and args.strict_fixed:
-        return 1
-    return 0
+    failed = (report.new or (args.strict and report.uncharacterised)) and not args.write_known_gaps
+    return 1 if failed or (report.fixed and args.strict_fixed) else 0
 
 
 if __name__ == "__main__":

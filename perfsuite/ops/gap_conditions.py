@@ -99,14 +99,13 @@ def conditions_hold(when: Mapping[str, tuple[str, ...]], env: Environment) -> bo
     of its flags, ``cpu_flags_absent`` none of them)."""
     for key, want in when.items():
         if key in LIBRARIES:
-            if not any(_version_holds(spec, env.versions.get(key)) for spec in want):
-                return False
+            holds = any(_version_holds(spec, env.versions.get(key)) for spec in want)
         elif key == "cpu_flags":
-            if not set(want) <= env.cpu_flags:
-                return False
+            holds = set(want) <= env.cpu_flags
         elif key == "cpu_flags_absent":
-            if set(want) & env.cpu_flags:
-                return False
-        elif getattr(env, key) not in want:
+            holds = env.cpu_flags.isdisjoint(want)
+        else:
+            holds = getattr(env, key) in want
+        if not holds:
             return False
     return True

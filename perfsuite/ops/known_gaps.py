@@ -40,20 +40,14 @@ version specifier (``onnxruntime`` is whichever ORT distribution is installed, `
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
-from perfsuite.ops.gap_conditions import (  # noqa: F401 - re-exported: the known-gaps API
-    FACT_KEYS,
-    LIBRARIES,
-    WHEN_KEYS,
-    Environment,
-    conditions_hold,
-    environment,
-)
+# Environment, environment and conditions_hold are also part of the known-gaps API (callers use them from here).
+from perfsuite.ops.gap_conditions import LIBRARIES, WHEN_KEYS, Environment, conditions_hold, environment
 
 KEYS = ("op", "backend", "dtype", "shape_class")
 DEFAULT_DIR = Path("baselines") / "known_gaps"  # relative to the project root; see directory_for()
@@ -225,7 +219,7 @@ class GapReport:
     uncharacterised: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"new": self.new, "known": self.known, "fixed": self.fixed, "uncharacterised": self.uncharacterised}
+        return asdict(self)
 
 
 def _tuple(v: Any, key: str, where: str) -> tuple[str, ...]:
@@ -294,10 +288,7 @@ def load_file(path: Path, start: int = 0) -> tuple[list[Gap], tuple[Mapping[str,
 
 
 def find(gaps: Iterable[Gap], op: str, backend: str, dtype: str, shape_class: str, status: str) -> Gap | None:
-    for g in gaps:
-        if g.matches(op, backend, dtype, shape_class) and g.accepts(status):
-            return g
-    return None
+    return next((g for g in gaps if g.matches(op, backend, dtype, shape_class) and g.accepts(status)), None)
 
 
 def evaluate(cells: Iterable[dict[str, Any]], gaps: Iterable[Gap], characterised: bool = True) -> GapReport:

@@ -83,11 +83,3 @@ def load_profile(name: str | None = None) -> str:
     name = selected(name)
     settings.load_profile(name)
     return name
-
-
-def current() -> str:
-    """Name of the hypothesis profile in effect (one of ours, else ``ci``)."""
-    from hypothesis import settings
-
-    name = getattr(settings, "_current_profile", None) or ""
-    return name if name in NAMES else selected()

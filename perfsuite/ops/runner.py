@@ -87,10 +87,7 @@ class OpResult:
         return {"op": self.op, "backend": self.backend, "dtype": self.dtype, "shape": self.shape, "seed": self.seed}
 
     def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["max_ratio"] = _finite(self.max_ratio)
-        d["max_abs_err"] = _finite(self.max_abs_err)
-        return d
+        return {**asdict(self), "max_ratio": _finite(self.max_ratio), "max_abs_err": _finite(self.max_abs_err)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OpResult:
@@ -142,8 +139,7 @@ def ort_session(op_name: str, backend: str, dtype: str, shape: Shape) -> Any:
         if len(_SESSIONS) > 64:
             _SESSIONS.clear()
         assert op.onnx is not None
-        model = op.onnx(shape, dtype)
-        _SESSIONS[key] = ort_adapter.make_session(model.SerializeToString(), backend, dtype)
+        _SESSIONS[key] = ort_adapter.make_session(op.onnx(shape, dtype).SerializeToString(), backend, dtype)
     return _SESSIONS[key]
 
 
@@ -186,8 +182,7 @@ def _sdpa_families(fn: Any) -> tuple[Any, set[str]]:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         out = fn()
     names = {e.name for e in prof.events()}
-    fams = {fam for fam, ops in SDPA_KERNELS.items() if names & set(ops)}
-    return out, fams
+    return out, {fam for fam, ops in SDPA_KERNELS.items() if names & set(ops)}
 
 
 def run_backend(op: registry.Op, backend: str, dtype: str, shape: Shape, inputs: dict[str, np.ndarray],
@@ -199,20 +194,22 @@ def run_backend(op: registry.Op, backend: str, dtype: str, shape: Shape, inputs:
 
         t_in = _torch_inputs(op, inputs, dtype, device)
         fn = op.torch if backend == "torch" else compiled(op.name, dtype, device)
+        fams: set[str] | None = None
         with torch.no_grad():
             if op.sdpa and backend == "torch" and check_kernels:
                 out, fams = _sdpa_families(lambda: fn(t_in, shape))
                 extra["sdpa_kernels"] = sorted(fams)
             else:
                 out = fn(t_in, shape)
-                fams = None
         reason = None
         devs = _devices(out)
         if devs and devs != {torch.device(device).type}:
             reason = f"output on {sorted(devs)}, expected {device}"
-        want = expected_sdpa(device, dtype) if fams is not None else None
-        if reason is None and want is not None and fams is not None and not (fams & want):
-            reason = f"SDPA ran {sorted(fams) or 'no known kernel'}; expected one of {sorted(want)} on {device}/{dtype}"
+        elif fams is not None:
+            want = expected_sdpa(device, dtype)
+            if want is not None and not fams & want:
+                reason = (f"SDPA ran {sorted(fams) or 'no known kernel'}; expected one of {sorted(want)} on "
+                          f"{device}/{dtype}")
         return _to_numpy(out), reason, extra
     if backend in ORT_BACKENDS:
         from perfsuite.ops import ort_adapter
@@ -230,8 +227,7 @@ def run_backend(op: registry.Op, backend: str, dtype: str, shape: Shape, inputs:
 
 
 def _short_error(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = next((ln for ln in text if ln.strip()), "")
+    first = (str(exc).strip().splitlines() or [""])[0]  # after strip(), the first line is the first non-blank one
     return f"{type(exc).__name__}: {first[:300]}"
 
 

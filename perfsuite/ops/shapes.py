@@ -141,17 +141,15 @@ def llm_shapes(draw: Any, shape_class: str, bounds: Bounds | str = "small") -> S
     head_dim = draw(st.sampled_from(b.head_dims))
     group = draw(st.sampled_from((32, 64, 128)))
     if shape_class == "unit":
-        s = Shape("unit", batch=1, new=1, past=draw(st.sampled_from((0, 1))), kv_heads=1, ratio=1,
-                  head_dim=min(b.head_dims), hidden=8, inter=8, vocab=draw(st.sampled_from((1, 2, 8))),
-                  group=32, topk=1)
-        return s
-    if shape_class == "decode":
+        return Shape("unit", batch=1, new=1, past=draw(st.sampled_from((0, 1))), kv_heads=1, ratio=1,
+                     head_dim=min(b.head_dims), hidden=8, inter=8, vocab=draw(st.sampled_from((1, 2, 8))),
+                     group=32, topk=1)
+    if shape_class in ("decode", "prefill"):
         batch = draw(st.integers(1, b.max_batch))
-        new, past = 1, draw(st.integers(1, b.max_past))
-        hidden = draw(st.sampled_from([h for h in (64, 128, 256, 512, 1024, 2048, 4096, 8192) if h <= b.max_hidden]))
-    elif shape_class == "prefill":
-        batch = draw(st.integers(1, b.max_batch))
-        new, past = draw(st.integers(2, b.max_new)), 0
+        if shape_class == "decode":
+            new, past = 1, draw(st.integers(1, b.max_past))
+        else:
+            new, past = draw(st.integers(2, b.max_new)), 0
         hidden = draw(st.sampled_from([h for h in (64, 128, 256, 512, 1024, 2048, 4096, 8192) if h <= b.max_hidden]))
     elif shape_class == "long":
         batch = 1
@@ -165,20 +163,18 @@ def llm_shapes(draw: Any, shape_class: str, bounds: Bounds | str = "small") -> S
         new = draw(_edge(b.tiles, 1, b.max_new))
         past = draw(st.one_of(st.just(0), _edge(b.tiles, 1, b.max_past)))
         hidden = draw(_edge(b.tiles + (128, 256, 512), 8, b.max_hidden))
+        vocab = draw(_edge(b.tiles + (256, 1024, 4096, 32000), 2, b.max_vocab))
+        inter = draw(_edge(b.tiles + (256,), 8, 4 * b.max_hidden))
     elif shape_class == "odd":
         batch = draw(_odd(1, b.max_batch))
         new = draw(_odd(1, b.max_new))
         past = draw(st.one_of(st.just(0), _odd(1, b.max_past)))
         hidden = draw(_odd(9, b.max_hidden))
-    else:
-        raise ValueError(f"unknown shape class {shape_class!r}; use one of {', '.join(SHAPE_CLASSES)}")
-    if shape_class == "tile_edge":
-        vocab = draw(_edge(b.tiles + (256, 1024, 4096, 32000), 2, b.max_vocab))
-        inter = draw(_edge(b.tiles + (256,), 8, 4 * b.max_hidden))
-    elif shape_class == "odd":
         vocab = draw(_odd(3, b.max_vocab))
         inter = draw(_odd(9, 4 * b.max_hidden))
     else:
+        raise ValueError(f"unknown shape class {shape_class!r}; use one of {', '.join(SHAPE_CLASSES)}")
+    if shape_class in ("decode", "prefill", "long"):
         vocab = draw(st.sampled_from([v for v in (256, 1024, 2048, 4096, 32000, 32064, 128256, 152064)
                                       if v <= b.max_vocab]))
         inter = draw(st.sampled_from([i for i in (2 * hidden, int(hidden * 8 / 3) // 8 * 8, 4 * hidden) if i >= 8]))

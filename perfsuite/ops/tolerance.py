@@ -44,11 +44,6 @@ class ToleranceCheck:
     numel: int
     worst_index: tuple[int, ...] | None = None
 
-    def as_dict(self) -> dict:
-        return {"ok": self.ok, "max_abs_err": self.max_abs_err, "max_ratio": self.max_ratio,
-                "nan_where_finite": self.nan_where_finite, "bad_elements": self.bad_elements, "numel": self.numel,
-                "worst_index": list(self.worst_index) if self.worst_index is not None else None}
-
 
 def tolerance(dtype: str, ref: np.ndarray, mag: np.ndarray | float | None = None, k: int = 1,
               c: float = DEFAULT_C) -> np.ndarray:
@@ -65,21 +60,16 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> ToleranceCheck
     if out.shape != ref.shape:
         return ToleranceCheck(False, math.inf, math.inf, 0, int(ref.size), int(ref.size))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return _compare(out, ref, tol)
-
-
-def _compare(out: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> ToleranceCheck:
-    finite_ref = np.isfinite(ref)
-    bad_nan = finite_ref & ~np.isfinite(out)
-    # Non-finite reference entries (e.g. -inf logits) must be matched exactly.
-    mismatch_nonfinite = ~finite_ref & ~((out == ref) | (np.isnan(out) & np.isnan(ref)))
-    err = np.where(finite_ref & np.isfinite(out), np.abs(out - ref), 0.0)
-    ratio = np.where(finite_ref, err / np.maximum(tol, 1e-300), 0.0)
-    ratio = np.where(bad_nan | mismatch_nonfinite, np.inf, ratio)
-    bad = ratio > 1.0
-    n_bad = int(bad.sum())
-    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape)) if ratio.size else None
-    max_ratio = float(ratio.max()) if ratio.size else 0.0
-    return ToleranceCheck(ok=n_bad == 0, max_abs_err=float(err.max()) if err.size else 0.0, max_ratio=max_ratio,
-                      nan_where_finite=int(bad_nan.sum()), bad_elements=n_bad, numel=int(ref.size),
-                      worst_index=worst)
+        finite_ref = np.isfinite(ref)
+        bad_nan = finite_ref & ~np.isfinite(out)
+        # Non-finite reference entries (e.g. -inf logits) must be matched exactly.
+        mismatch_nonfinite = ~finite_ref & ~((out == ref) | (np.isnan(out) & np.isnan(ref)))
+        err = np.where(finite_ref & np.isfinite(out), np.abs(out - ref), 0.0)
+        ratio = np.where(finite_ref, err / np.maximum(tol, 1e-300), 0.0)
+        ratio = np.where(bad_nan | mismatch_nonfinite, np.inf, ratio)
+        n_bad = int((ratio > 1.0).sum())
+        worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape)) if ratio.size else None
+        return ToleranceCheck(ok=n_bad == 0, max_abs_err=float(err.max()) if err.size else 0.0,
+                              max_ratio=float(ratio.max()) if ratio.size else 0.0,
+                              nan_where_finite=int(bad_nan.sum()), bad_elements=n_bad, numel=int(ref.size),
+                              worst_index=worst)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.ops.impl.base import Op, Ref, feed, np_softmax, onnx_model, plain_feeds, rng_for, round_to
+from perfsuite.ops.impl.base import Op, Ref, feed, node, np_softmax, onnx_model, plain_feeds, rng_for, round_to
 from perfsuite.ops.shapes import Shape
 
 # --------------------------------------------------------------------------------------------- softmax
@@ -30,17 +30,10 @@ def _softmax_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
     return Ref(y, y * np.maximum(1.0, np.abs(x)), k=x.shape[-1])
 
 
-def _softmax_torch(t: dict[str, Any], s: Shape) -> Any:
-    import torch
-
-    return torch.softmax(t["x"] + t["mask"], dim=-1)
-
-
 def _softmax_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    return onnx_model([helper.make_node("Add", ["x", "mask"], ["z"]), helper.make_node("Softmax", ["z"], ["y"], axis=-1)],
-                  [("x", dtype, ["b", "n", "s", "t"]), ("mask", dtype, ["s", "t"])], [("y", dtype, ["b", "n", "s", "t"])])
+    return onnx_model([node("Add", ["x", "mask"], ["z"]), node("Softmax", ["z"], ["y"], axis=-1)],
+                      [("x", dtype, ["b", "n", "s", "t"]), ("mask", dtype, ["s", "t"])],
+                      [("y", dtype, ["b", "n", "s", "t"])])
 
 
 # --------------------------------------------------------------------------------------------- attention
@@ -106,26 +99,25 @@ def _sdpa_causal_torch_compiled(t: dict[str, Any], s: Shape) -> Any:
     return torch.nn.functional.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True, enable_gqa=True)
 
 
-
-def _gqa_onnx(prefill: bool) -> Callable[[Shape, str], Any]:
-    """com.microsoft GroupQueryAttention (what ORT GenAI / optimum emit; ROCm/CUDA/CPU EPs implement it)."""
-    def build(s: Shape, dtype: str) -> Any:
-        from onnx import helper
-
-        ins = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
-        node = helper.make_node("GroupQueryAttention", ins, ["y", "present_key", "present_value"],
-                                domain="com.microsoft", num_heads=s.heads, kv_num_heads=s.kv_heads,
-                                scale=1.0 / math.sqrt(s.head_dim))
-        return onnx_model([node], [("query", dtype, ["b", "s", s.heads * s.head_dim]),
-                               ("key", dtype, ["b", "s", s.kv_heads * s.head_dim]),
-                               ("value", dtype, ["b", "s", s.kv_heads * s.head_dim]),
-                               ("past_key", dtype, ["b", s.kv_heads, "p", s.head_dim]),
-                               ("past_value", dtype, ["b", s.kv_heads, "p", s.head_dim]),
-                               ("seqlens_k", "int32", ["b"]), ("total_sequence_length", "int32", [])],
+def _gqa_onnx(s: Shape, dtype: str) -> Any:
+    """com.microsoft GroupQueryAttention (what ORT GenAI / optimum emit; ROCm/CUDA/CPU EPs implement it); the same
+    graph serves prefill (empty past) and decode."""
+    ins = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
+    gqa = node("GroupQueryAttention", ins, ["y", "present_key", "present_value"], domain="com.microsoft",
+               num_heads=s.heads, kv_num_heads=s.kv_heads, scale=1.0 / math.sqrt(s.head_dim))
+    return onnx_model([gqa], [("query", dtype, ["b", "s", s.heads * s.head_dim]),
+                              ("key", dtype, ["b", "s", s.kv_heads * s.head_dim]),
+                              ("value", dtype, ["b", "s", s.kv_heads * s.head_dim]),
+                              ("past_key", dtype, ["b", s.kv_heads, "p", s.head_dim]),
+                              ("past_value", dtype, ["b", s.kv_heads, "p", s.head_dim]),
+                              ("seqlens_k", "int32", ["b"]), ("total_sequence_length", "int32", [])],
                       [("y", dtype, ["b", "s", s.heads * s.head_dim]),
                        ("present_key", dtype, ["b", s.kv_heads, "t", s.head_dim]),
                        ("present_value", dtype, ["b", s.kv_heads, "t", s.head_dim])], ms=True)
-    return build
+
+
+def _gqa_key(s: Shape) -> tuple[int, int, int]:
+    return s.heads, s.kv_heads, s.head_dim
 
 
 def _gqa_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.ndarray]:
@@ -150,14 +142,12 @@ def _gqa_post(outs: list[np.ndarray], s: Shape) -> np.ndarray:
 
 
 OPS: tuple[Op, ...] = (
-    Op("softmax", "softmax(x + mask) with a lower-right causal -inf mask over past+new keys",
-       _softmax_inputs, _softmax_ref, _softmax_torch, _softmax_onnx, plain_feeds, c=16.0),
+    Op("softmax", "softmax(x + mask) with a lower-right causal -inf mask over past+new keys", _softmax_inputs,
+       _softmax_ref, lambda t, s: (t["x"] + t["mask"]).softmax(-1), _softmax_onnx, plain_feeds, c=16.0),
     Op("sdpa_causal", "causal prefill attention, GQA (torch SDPA is_causal; ORT GroupQueryAttention)",
-       _attn_inputs(True), _attn_ref, _sdpa_causal_torch, _gqa_onnx(True), _gqa_feeds, _gqa_post,
-       onnx_key=lambda s: (s.heads, s.kv_heads, s.head_dim), c=16.0, sdpa=True, risky=True,
-       torch_compiled=_sdpa_causal_torch_compiled),
+       _attn_inputs(True), _attn_ref, _sdpa_causal_torch, _gqa_onnx, _gqa_feeds, _gqa_post, onnx_key=_gqa_key,
+       c=16.0, sdpa=True, risky=True, torch_compiled=_sdpa_causal_torch_compiled),
     Op("sdpa_kvcache", "new tokens over a KV cache, lower-right causal mask, GQA (torch SDPA causal_lower_right; "
-       "ORT GroupQueryAttention with past)", _attn_inputs(False), _attn_ref, _sdpa_kv_torch, _gqa_onnx(False),
-       _gqa_feeds, _gqa_post, onnx_key=lambda s: (s.heads, s.kv_heads, s.head_dim), c=16.0, sdpa=True, risky=True,
-       torch_compiled=_sdpa_kv_torch_compiled),
+       "ORT GroupQueryAttention with past)", _attn_inputs(False), _attn_ref, _sdpa_kv_torch, _gqa_onnx,
+       _gqa_feeds, _gqa_post, onnx_key=_gqa_key, c=16.0, sdpa=True, risky=True, torch_compiled=_sdpa_kv_torch_compiled),
 )

@@ -16,7 +16,7 @@ Shapes come from :mod:`perfsuite.ops.shapes`. Tolerances from :mod:`perfsuite.op
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,7 +55,6 @@ class Op:
     keep_dtype: frozenset[str] = frozenset()  # float inputs kept float32 (e.g. quantization scales on ORT)
     hidden: bool = False  # not in the matrix (ops the tests register)
     torch_compiled: Callable[[dict[str, Any], Shape], Any] | None = None  # what torch.compile compiles if not .torch
-    tags: tuple[str, ...] = field(default_factory=tuple)
 
     def check(self, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> ToleranceCheck:
         if self.compare is not None:
@@ -97,14 +96,14 @@ def _onnx_type(dtype: str) -> int:
 
 
 def onnx_model(nodes: list[Any], inputs: list[tuple[str, str, list[Any]]], outputs: list[tuple[str, str, list[Any]]],
-           opset: int = 17, ms: bool = False, initializers: list[Any] | None = None) -> Any:
+               ms: bool = False) -> Any:
+    """Opset 17 (``ms``: and com.microsoft); inputs and outputs are (name, type, dims)."""
     from onnx import helper
 
     g = helper.make_graph(nodes, "op",
                           [helper.make_tensor_value_info(n, _onnx_type(t), s) for n, t, s in inputs],
-                          [helper.make_tensor_value_info(n, _onnx_type(t), s) for n, t, s in outputs],
-                          initializer=initializers or [])
-    imports = [helper.make_opsetid("", opset)]
+                          [helper.make_tensor_value_info(n, _onnx_type(t), s) for n, t, s in outputs])
+    imports = [helper.make_opsetid("", 17)]
     if ms:
         imports.append(helper.make_opsetid("com.microsoft", 1))
     m = helper.make_model(g, opset_imports=imports)
@@ -112,9 +111,15 @@ def onnx_model(nodes: list[Any], inputs: list[tuple[str, str, list[Any]]], outpu
     return m
 
 
+def node(op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> Any:
+    """``onnx.helper.make_node`` (onnx imported on first use)."""
+    from onnx import helper
+
+    return helper.make_node(op_type, inputs, outputs, **attrs)
+
+
 def feed(x: np.ndarray, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(x.astype(dtype))
-
 
 
 def plain_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.ops.impl.base import Op, Ref, feed, onnx_model, plain_feeds, rng_for, round_to
+from perfsuite.ops.impl.base import Op, Ref, feed, node, onnx_model, plain_feeds, rng_for, round_to
 from perfsuite.ops.shapes import Shape
 
 # --------------------------------------------------------------------------------------------- linear / lm_head
@@ -27,11 +27,8 @@ def _linear_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
 
 
 def _linear_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    return onnx_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
-                  [("x", dtype, ["b", "s", "k"]), ("w", dtype, ["k", "n"])], [("y", dtype, ["b", "s", "n"])])
-
+    return onnx_model([node("MatMul", ["x", "w"], ["y"])],
+                      [("x", dtype, ["b", "s", "k"]), ("w", dtype, ["k", "n"])], [("y", dtype, ["b", "s", "n"])])
 
 
 # --------------------------------------------------------------------------------------------- embedding
@@ -43,10 +40,8 @@ def _emb_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
 
 
 def _emb_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    return onnx_model([helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
-                  [("table", dtype, ["v", "h"]), ("ids", "int64", ["b", "s"])], [("y", dtype, ["b", "s", "h"])])
+    return onnx_model([node("Gather", ["table", "ids"], ["y"], axis=0)],
+                      [("table", dtype, ["v", "h"]), ("ids", "int64", ["b", "s"])], [("y", dtype, ["b", "s", "h"])])
 
 
 # --------------------------------------------------------------------------------------------- norms
@@ -74,11 +69,8 @@ def _rms_torch(t: dict[str, Any], s: Shape) -> Any:
 
 
 def _rms_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    node = helper.make_node("SimplifiedLayerNormalization", ["x", "w"], ["y"], axis=-1, epsilon=RMS_EPS,
-                            stash_type=1)
-    return onnx_model([node], [("x", dtype, ["b", "s", "h"]), ("w", dtype, ["h"])], [("y", dtype, ["b", "s", "h"])])
+    rms = node("SimplifiedLayerNormalization", ["x", "w"], ["y"], axis=-1, epsilon=RMS_EPS, stash_type=1)
+    return onnx_model([rms], [("x", dtype, ["b", "s", "h"]), ("w", dtype, ["h"])], [("y", dtype, ["b", "s", "h"])])
 
 
 def _ln_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
@@ -96,11 +88,9 @@ def _ln_torch(t: dict[str, Any], s: Shape) -> Any:
 
 
 def _ln_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    node = helper.make_node("LayerNormalization", ["x", "w", "b"], ["y"], axis=-1, epsilon=1e-5)
-    return onnx_model([node], [("x", dtype, ["b", "s", "h"]), ("w", dtype, ["h"]), ("b", dtype, ["h"])],
-                  [("y", dtype, ["b", "s", "h"])])
+    ln = node("LayerNormalization", ["x", "w", "b"], ["y"], axis=-1, epsilon=1e-5)
+    return onnx_model([ln], [("x", dtype, ["b", "s", "h"]), ("w", dtype, ["h"]), ("b", dtype, ["h"])],
+                      [("y", dtype, ["b", "s", "h"])])
 
 
 # --------------------------------------------------------------------------------------------- rotary
@@ -144,17 +134,10 @@ def _rope_torch(t: dict[str, Any], s: Shape) -> Any:
 
 
 def _rope_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft",
-                            interleaved=0)
-    return onnx_model([node], [("x", dtype, ["b", "n", "s", "d"]), ("pos", "int64", ["b", "s"]),
-                           ("cos", dtype, ["p", "d2"]), ("sin", dtype, ["p", "d2"])],
-                  [("y", dtype, ["b", "n", "s", "d"])], ms=True)
-
-
-def _rope_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.ndarray]:
-    return {"x": feed(i["x"], dtype), "pos": i["pos"], "cos": feed(i["cos"], dtype), "sin": feed(i["sin"], dtype)}
+    rope = node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft", interleaved=0)
+    return onnx_model([rope], [("x", dtype, ["b", "n", "s", "d"]), ("pos", "int64", ["b", "s"]),
+                               ("cos", dtype, ["p", "d2"]), ("sin", dtype, ["p", "d2"])],
+                      [("y", dtype, ["b", "n", "s", "d"])], ms=True)
 
 
 OPS: tuple[Op, ...] = (
@@ -170,5 +153,5 @@ OPS: tuple[Op, ...] = (
     Op("layernorm", "LayerNorm(eps=1e-5) with weight and bias (ONNX LayerNormalization)", _norm_inputs, _ln_ref,
        _ln_torch, _ln_onnx, plain_feeds),
     Op("rotary", "rotate-half RoPE at positions past..past+new-1 (ORT com.microsoft RotaryEmbedding)",
-       _rope_inputs, _rope_ref, _rope_torch, _rope_onnx, _rope_feeds, int_inputs=frozenset({"pos"})),
+       _rope_inputs, _rope_ref, _rope_torch, _rope_onnx, plain_feeds, int_inputs=frozenset({"pos"})),
 )

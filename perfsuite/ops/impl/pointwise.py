@@ -7,9 +7,15 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.ops.impl.base import Op, Ref, feed, onnx_model, plain_feeds, rng_for, round_to
+from perfsuite.ops.impl.base import Op, Ref, feed, node, onnx_model, plain_feeds, rng_for, round_to
 from perfsuite.ops.shapes import Shape
 from perfsuite.ops.tolerance import ToleranceCheck, compare
+
+# --------------------------------------------------------------------------------------------- activations
+
+def _act_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
+    r = rng_for(seed)
+    return {"x": round_to(r.standard_normal((s.batch, s.new, s.inter)) * 3, dtype)}
 
 
 def _silu_torch(t: dict[str, Any], s: Shape) -> Any:
@@ -22,13 +28,6 @@ def _gelu_torch(t: dict[str, Any], s: Shape) -> Any:
     import torch
 
     return torch.nn.functional.gelu(t["x"])
-
-
-# --------------------------------------------------------------------------------------------- activations
-
-def _act_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
-    r = rng_for(seed)
-    return {"x": round_to(r.standard_normal((s.batch, s.new, s.inter)) * 3, dtype)}
 
 
 def _silu_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
@@ -46,17 +45,13 @@ def _gelu_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
 
 
 def _silu_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    return onnx_model([helper.make_node("Sigmoid", ["x"], ["sg"]), helper.make_node("Mul", ["x", "sg"], ["y"])],
-                  [("x", dtype, ["b", "s", "h"])], [("y", dtype, ["b", "s", "h"])])
+    return onnx_model([node("Sigmoid", ["x"], ["sg"]), node("Mul", ["x", "sg"], ["y"])],
+                      [("x", dtype, ["b", "s", "h"])], [("y", dtype, ["b", "s", "h"])])
 
 
 def _gelu_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    return onnx_model([helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")],
-                  [("x", dtype, ["b", "s", "h"])], [("y", dtype, ["b", "s", "h"])], ms=True)
+    return onnx_model([node("Gelu", ["x"], ["y"], domain="com.microsoft")],
+                      [("x", dtype, ["b", "s", "h"])], [("y", dtype, ["b", "s", "h"])], ms=True)
 
 
 # --------------------------------------------------------------------------------------------- argmax / top-k
@@ -64,10 +59,6 @@ def _gelu_onnx(s: Shape, dtype: str) -> Any:
 def _logits_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
     r = rng_for(seed)
     return {"x": round_to(r.standard_normal((s.batch, s.vocab)) * 4, dtype)}
-
-
-def _argmax_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
-    return Ref(i["x"].max(-1))
 
 
 def _argmax_compare(op: Op, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> ToleranceCheck:
@@ -97,18 +88,14 @@ def _topk_compare(op: Op, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.n
 
 
 def _topk_torch(t: dict[str, Any], s: Shape) -> Any:
-    import torch
-
-    r = torch.topk(t["x"], min(s.topk, t["x"].shape[-1]), dim=-1)
+    r = t["x"].topk(min(s.topk, t["x"].shape[-1]), dim=-1)
     return r.values, r.indices
 
 
 def _topk_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    return onnx_model([helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1, largest=1, sorted=1)],
-                  [("x", dtype, ["b", "v"]), ("k", "int64", [1])],
-                  [("values", dtype, ["b", "kk"]), ("indices", "int64", ["b", "kk"])])
+    return onnx_model([node("TopK", ["x", "k"], ["values", "indices"], axis=-1, largest=1, sorted=1)],
+                      [("x", dtype, ["b", "v"]), ("k", "int64", [1])],
+                      [("values", dtype, ["b", "kk"]), ("indices", "int64", ["b", "kk"])])
 
 
 def _topk_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.ndarray]:
@@ -116,19 +103,16 @@ def _topk_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.
 
 
 def _argmax_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    return onnx_model([helper.make_node("ArgMax", ["x"], ["y"], axis=-1, keepdims=0)],
-                  [("x", dtype, ["b", "v"])], [("y", "int64", ["b"])])
+    return onnx_model([node("ArgMax", ["x"], ["y"], axis=-1, keepdims=0)], [("x", dtype, ["b", "v"])],
+                      [("y", "int64", ["b"])])
 
 
 OPS: tuple[Op, ...] = (
-    Op("silu", "x * sigmoid(x)", _act_inputs, _silu_ref, _silu_torch,
-       _silu_onnx, plain_feeds),
-    Op("gelu", "exact (erf) GELU (ORT com.microsoft Gelu)", _act_inputs, _gelu_ref,
-       _gelu_torch, _gelu_onnx, plain_feeds, c=16.0),
-    Op("argmax", "greedy token: argmax over the vocab", _logits_inputs, _argmax_ref, lambda t, s: t["x"].argmax(-1),
-       _argmax_onnx, plain_feeds, compare=_argmax_compare),
+    Op("silu", "x * sigmoid(x)", _act_inputs, _silu_ref, _silu_torch, _silu_onnx, plain_feeds),
+    Op("gelu", "exact (erf) GELU (ORT com.microsoft Gelu)", _act_inputs, _gelu_ref, _gelu_torch, _gelu_onnx,
+       plain_feeds, c=16.0),
+    Op("argmax", "greedy token: argmax over the vocab", _logits_inputs, lambda i, s: Ref(i["x"].max(-1)),
+       lambda t, s: t["x"].argmax(-1), _argmax_onnx, plain_feeds, compare=_argmax_compare),
     Op("topk", "top-k over the vocab (values sorted, indices point at them)", _logits_inputs, _topk_ref,
        _topk_torch, _topk_onnx, _topk_feeds, onnx_post=lambda outs, s: (outs[0], outs[1]), compare=_topk_compare),
 )

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.ops.impl.base import Op, Ref, feed, onnx_model, rng_for, round_to
+from perfsuite.ops.impl.base import Op, Ref, feed, node, onnx_model, plain_feeds, rng_for, round_to
 from perfsuite.ops.shapes import Shape
 
 # --------------------------------------------------------------------------------------------- int8 dynamic quant
@@ -50,15 +50,9 @@ def _q8_torch(t: dict[str, Any], s: Shape) -> Any:
 
 
 def _q8_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    node = helper.make_node("DynamicQuantizeMatMul", ["x", "wq", "scale"], ["y"], domain="com.microsoft")
-    return onnx_model([node], [("x", dtype, ["b", "s", "k"]), ("wq", "int8", ["k", "n"]), ("scale", dtype, ["n"])],
-                  [("y", dtype, ["b", "s", "n"])], ms=True)
-
-
-def _q8_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.ndarray]:
-    return {"x": feed(i["x"], dtype), "wq": i["wq"], "scale": feed(i["scale"], dtype)}
+    matmul = node("DynamicQuantizeMatMul", ["x", "wq", "scale"], ["y"], domain="com.microsoft")
+    return onnx_model([matmul], [("x", dtype, ["b", "s", "k"]), ("wq", "int8", ["k", "n"]), ("scale", dtype, ["n"])],
+                      [("y", dtype, ["b", "s", "n"])], ms=True)
 
 
 # --------------------------------------------------------------------------------------------- int4 group-wise (AWQ)
@@ -99,14 +93,13 @@ def _q4_torch(t: dict[str, Any], s: Shape) -> Any:
 
 
 def _q4_onnx(s: Shape, dtype: str) -> Any:
-    from onnx import helper
-
-    node = helper.make_node("MatMulNBits", ["x", "b", "scales", "zp"], ["y"], domain="com.microsoft",
-                            K=s.hidden, N=s.inter, bits=4, block_size=s.group)
+    matmul = node("MatMulNBits", ["x", "b", "scales", "zp"], ["y"], domain="com.microsoft", K=s.hidden, N=s.inter,
+                  bits=4, block_size=s.group)
     groups = -(-s.hidden // s.group)
-    return onnx_model([node], [("x", dtype, ["b", "s", s.hidden]), ("b", "uint8", [s.inter, groups, s.group // 2]),
-                           ("scales", dtype, [s.inter * groups]), ("zp", "uint8", [s.inter * ((groups + 1) // 2)])],
-                  [("y", dtype, ["b", "s", s.inter])], ms=True)
+    return onnx_model([matmul], [("x", dtype, ["b", "s", s.hidden]), ("b", "uint8", [s.inter, groups, s.group // 2]),
+                                 ("scales", dtype, [s.inter * groups]),
+                                 ("zp", "uint8", [s.inter * ((groups + 1) // 2)])],
+                      [("y", dtype, ["b", "s", s.inter])], ms=True)
 
 
 def pack_matmulnbits(q: np.ndarray, zeros: np.ndarray, scales: np.ndarray, g: int
@@ -132,7 +125,7 @@ def _q4_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.nd
 
 OPS: tuple[Op, ...] = (
     Op("int8_dynamic_matmul", "W8A8 dynamic: int8 per-column weights, activations quantized at run time "
-       "(torch._int_mm; ORT DynamicQuantizeMatMul)", _q8_inputs, _q8_ref, _q8_torch, _q8_onnx, _q8_feeds,
+       "(torch._int_mm; ORT DynamicQuantizeMatMul)", _q8_inputs, _q8_ref, _q8_torch, _q8_onnx, plain_feeds,
        int_inputs=frozenset({"wq"}), keep_dtype=frozenset({"scale"}), risky=True),
     Op("int4_awq_matmul", "AWQ-style uint4 group-wise weights with zero points (torch dequant+matmul; ORT "
        "MatMulNBits)", _q4_inputs, _q4_ref, _q4_torch, _q4_onnx, _q4_feeds,
