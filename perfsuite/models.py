@@ -46,11 +46,8 @@ class Preset:
 
     @property
     def digest(self) -> str:
-        blob = json.dumps(
-            {"arch": self.architecture, "config": self.config, "dtype": self.storage_dtype,
-             "seed": self.seed, "v": MATERIALIZE_VERSION},
-            sort_keys=True,
-        )
+        blob = json.dumps({"arch": self.architecture, "config": self.config, "dtype": self.storage_dtype,
+                           "seed": self.seed, "v": MATERIALIZE_VERSION}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -99,7 +96,7 @@ class ResolvedModel:
 
     @property
     def vocab_size(self) -> int:
-        return int(json.loads((self.path / "config.json").read_text())["vocab_size"])
+        return int(self.config()["vocab_size"])
 
     def config(self) -> dict[str, Any]:
         return dict(json.loads((self.path / "config.json").read_text()))
@@ -130,11 +127,11 @@ def resolve(name: str, cache_dir: Path | None = None, materialize: bool = True) 
             _materialize(preset, target)
         return ResolvedModel(name, target, preset, preset.digest)
     path = Path(name).expanduser()
-    if path.is_dir():
-        return ResolvedModel(name, path, None, checkpoint_digest(_check_checkpoint(path)))
-    if name.count("/") == 1 and not name.startswith((".", "/")):
-        return ResolvedModel(name, *_from_hub_cache(name))
-    raise ModelError(f"unknown model {name!r}: use one of {describe_models()}")
+    if not path.is_dir():
+        if name.count("/") != 1 or name.startswith((".", "/")):
+            raise ModelError(f"unknown model {name!r}: use one of {describe_models()}")
+        path = _from_hub_cache(name)
+    return ResolvedModel(name, path, None, checkpoint_digest(_check_checkpoint(path)))
 
 
 def _check_checkpoint(path: Path) -> Path:
@@ -235,20 +232,18 @@ def checkpoint_digest(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def _from_hub_cache(repo_id: str) -> tuple[Path, None, str]:
+def _from_hub_cache(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError as exc:  # pragma: no cover - transformers always brings it
         raise ModelError(f"hub id {repo_id!r} needs huggingface_hub: pip install huggingface_hub") from exc
     try:
-        snap = Path(snapshot_download(repo_id, local_files_only=True))
+        return Path(snapshot_download(repo_id, local_files_only=True))
     except Exception as exc:
         raise ModelError(
             f"hub id {repo_id!r} is not in the local Hugging Face cache and perfsuite never downloads; "
             f"fetch it elsewhere and pass its directory, or use a preset ({', '.join(sorted(PRESETS))})"
         ) from exc
-    _check_checkpoint(snap)
-    return snap, None, checkpoint_digest(snap)
 
 
 def is_complete(target: Path, digest: str) -> bool:

@@ -17,11 +17,8 @@ __all__ = ["BACKENDS", "Backend", "MemoryStats", "StepResult", "create", "known_
 BACKENDS: dict[str, str] = {
     "torch": "perfsuite.backends.torch_backend:TorchBackend",
     "torch-compile": "perfsuite.backends.torch_backend:TorchBackend",
-    "onnxruntime-cpu": "perfsuite.backends.onnxruntime:OrtBackend",
-    "onnxruntime-cuda": "perfsuite.backends.onnxruntime:OrtBackend",
-    "onnxruntime-rocm": "perfsuite.backends.onnxruntime:OrtBackend",
-    "onnxruntime-migraphx": "perfsuite.backends.onnxruntime:OrtBackend",
-    "onnxruntime-dml": "perfsuite.backends.onnxruntime:OrtBackend",
+    **{f"onnxruntime-{ep}": "perfsuite.backends.onnxruntime:OrtBackend"
+       for ep in ("cpu", "cuda", "rocm", "migraphx", "dml")},
     "vllm": "perfsuite.backends.vllm_backend:VllmBackend",
     # vLLM with its defaults through its public API (LLM.generate): end-to-end latency only
     "vllm-llm": "perfsuite.backends.vllm_llm:VllmLlmBackend",

@@ -12,6 +12,8 @@ import os
 import time
 from typing import Any
 
+from perfsuite.backends.base import StepBackend
+
 ENV = "PERFSUITE_INJECT_DECODE_SLOWDOWN"
 
 
@@ -28,7 +30,7 @@ def fraction_from_env(environ: Any = None) -> float:
     except ValueError:
         raise InjectionError(f"{ENV}={raw!r} is not a number; set a fraction such as 0.05 (5 % slower decode "
                              "steps) or unset it") from None
-    if not 0.0 <= f <= 10.0 or f != f:
+    if not 0.0 <= f <= 10.0:  # NaN too
         raise InjectionError(f"{ENV}={raw!r} is out of range; use a fraction in [0, 10] (0.05 = 5 % slower)")
     return f
 
@@ -54,8 +56,6 @@ class SlowedDecode:
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
         """Through this wrapper's (slowed) decode, not the inner backend's own loop."""
-        from perfsuite.backends.base import StepBackend
-
         return StepBackend.generate(self, prompts, new_tokens)  # type: ignore[arg-type]
 
     def decode(self, state: Any) -> Any:

@@ -59,6 +59,7 @@ _ORT_DEVICE = {
     "mem_limit": Option("int", "device arena limit in bytes (gpu_mem_limit / migraphx_mem_limit)", minimum=0),
     "arena_extend_strategy": Option("str", "device arena growth", choices=ARENA_STRATEGIES),
 }
+_ORT_DEVICE_ID = {k: _ORT_DEVICE[k] for k in ("strict", "device_id")}  # MIGraphX and DirectML: no arena options
 _ORT_BACKENDS: dict[str, dict[str, Option]] = {
     "onnxruntime-cpu": {
         **_ORT_COMMON,
@@ -70,7 +71,7 @@ _ORT_BACKENDS: dict[str, dict[str, Option]] = {
         **_ORT_COMMON,
         # No ORT version's Python API takes a MIGraphX mem_limit / arena_extend_strategy (providers.py,
         # MIGRAPHX_PYTHON_KEYS, read from onnxruntime_pybind_state.cc at each tag).
-        **{k: v for k, v in _ORT_DEVICE.items() if k in ("strict", "device_id")},
+        **_ORT_DEVICE_ID,
         "iobinding_device": Option("str", "device of bound outputs", choices=("cuda", "cpu")),
         "fp16": Option("bool", "migraphx_fp16_enable: follows the dtypes axis (true only for float16 cells)"),
         "int8": Option("bool", "retired: migraphx_int8_enable follows quantizations = [\"int8-static\"]",
@@ -99,7 +100,7 @@ _ORT_BACKENDS: dict[str, dict[str, Option]] = {
         "enable_graph": Option("bool", "enable_cuda_graph"),
     },
     "onnxruntime-dml": {
-        **_ORT_COMMON, **{k: v for k, v in _ORT_DEVICE.items() if k in ("strict", "device_id")},
+        **_ORT_COMMON, **_ORT_DEVICE_ID,
         "iobinding_device": Option("str", "device of bound outputs", choices=("dml", "cpu")),
     },
 }
@@ -143,16 +144,11 @@ SCHEMAS: dict[str, dict[str, Option]] = {
 }
 
 
-def schema(backend: str) -> dict[str, Option]:
-    try:
-        return SCHEMAS[backend]
-    except KeyError:
-        raise OptionError(f"backend {backend!r} has no option schema; known: {', '.join(SCHEMAS)}") from None
-
-
 def validate(backend: str, options: Mapping[str, Any], where: str | None = None) -> dict[str, Any]:
     """The options as a plain dict if every key is known and every value allowed; else :class:`OptionError`."""
-    table = schema(backend)
+    if backend not in SCHEMAS:
+        raise OptionError(f"backend {backend!r} has no option schema; known: {', '.join(SCHEMAS)}")
+    table = SCHEMAS[backend]
     where = where or f"[tool.perfsuite.backend_options.{backend}]"
     key = first_unknown(options, table)
     if key is not None:
@@ -160,9 +156,11 @@ def validate(backend: str, options: Mapping[str, Any], where: str | None = None)
         raise OptionError(f"{where} {key}: unknown option for {backend}; allowed: {allowed}. Fix the spelling "
                           "or remove the key")
     for key in sorted(options):
-        problem = table[key].problem(options[key])
+        value = options[key]
+        problem = table[key].problem(value)
         if problem:
-            raise OptionError(f"{where} {key} = {_show(options[key])}: must be {problem[1]} ({table[key].doc})")
+            shown = toml(value) if isinstance(value, (bool, str)) else repr(value)
+            raise OptionError(f"{where} {key} = {shown}: must be {problem[1]} ({table[key].doc})")
     return dict(options)
 
 
@@ -170,7 +168,3 @@ def workload_items(backend: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The options that change what is timed (all but diagnostics/load-time ones); unknown keys are kept."""
     table = SCHEMAS.get(backend, {})
     return {k: v for k, v in options.items() if k not in table or table[k].workload}
-
-
-def _show(v: Any) -> str:
-    return toml(v) if isinstance(v, (bool, str)) else repr(v)

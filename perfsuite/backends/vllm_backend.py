@@ -23,11 +23,9 @@ vLLM gives each rank one GPU. AWQ (``quantization = "awq"``): a checkpoint that 
 ``quantization_config`` is used as it is; a float checkpoint is turned into one by :mod:`perfsuite.quant.awq`
 (cached), and ``info()["awq"]`` names it and its dequantized float twin.
 
-Processes: everything the engine starts is a child of this process. ``load()`` records them; if ``load()`` fails
-after the engine started it shuts the engine down and waits for them before re-raising, and ``close()`` leaves
-none behind (it kills what vLLM's own shutdown left). A worker that dies mid-cell turns vLLM's follow-up errors
-(``RuntimeError: cancelled``, ``collective_rpc should not be called on follower node``) into
-:class:`VllmWorkerDied` naming the process and its exit signal or code.
+Processes: :mod:`perfsuite.backends.vllm_engine` records what the engine starts, ends it if ``load()`` fails after
+the start or at ``close()`` (none outlives a cell), and turns vLLM's errors after a worker died into
+:class:`VllmWorkerDied`.
 
 vLLM's own per-request statistics (``RequestOutput.metrics`` = ``RequestStateStats``, and the
 ``FinishedRequestStats`` handed to stat loggers) are kept for the last finished generation:
@@ -36,17 +34,14 @@ vLLM's own per-request statistics (``RequestOutput.metrics`` = ``RequestStateSta
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfsuite.backends.base import StepBackend, StepResult
-from perfsuite.backends.vllm_common import (
-    INSTALL_HINT,
-    VllmEngineError,
-    VllmWorkerDied,
-)
+from perfsuite.backends.vllm_common import INSTALL_HINT, VllmEngineError, VllmWorkerDied
 from perfsuite.backends.vllm_engine import EngineBackend, shutdown_engine
 from perfsuite.backends.vllm_engine_args import build_engine_args, engine_core_mode
 from perfsuite.cells import Cell
@@ -68,9 +63,6 @@ class _Gen:
     finished: list[bool]
     outputs: dict[str, Any] = field(default_factory=dict)  # request id -> final RequestOutput
     released: bool = False
-
-    def index(self, rid: str) -> int:
-        return self.ids.index(rid)
 
 
 # ---------------------------------------------------------------------------------------------- the step backend
@@ -104,7 +96,7 @@ class VllmBackend(EngineBackend, StepBackend):
                 self.engine.get_supported_tasks()
             return self.engine
 
-        _, start_s = self._start(env, make, lambda engine: engine)
+        start_s = self._start(env, make)
         self._info = self._describe(vllm.__version__, start_s, kwargs, env)
         if awq_info is not None:
             self._info["awq"] = awq_info
@@ -162,10 +154,8 @@ class VllmBackend(EngineBackend, StepBackend):
 
     def close(self) -> None:
         if self._gen is not None and self.engine is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.release(self._gen)
-            except Exception:
-                pass
         self._gen = None
         engine, self.engine = self.engine, None
         self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
@@ -178,8 +168,7 @@ class VllmBackend(EngineBackend, StepBackend):
         n = self.cell.scenario.new_tokens
         kw: dict[str, Any] = dict(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False,
                                   output_kind=RequestOutputKind.DELTA, seed=self.cell.seed)
-        kw.update(over)
-        return SamplingParams(**kw)
+        return SamplingParams(**(kw | over))
 
     def prefill(self, prompts: list[list[int]]) -> StepResult:
         from vllm.inputs import TokensPrompt
@@ -221,7 +210,7 @@ class VllmBackend(EngineBackend, StepBackend):
             got = False
             for o in outs:
                 try:
-                    i = g.index(o.request_id)
+                    i = g.ids.index(o.request_id)
                 except ValueError:
                     continue
                 new = list(o.outputs[0].token_ids)

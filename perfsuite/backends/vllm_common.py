@@ -5,13 +5,13 @@ AWQ cell of a float model), and vLLM's own verdict on a cell.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ class VllmWorkerDied(VllmEngineError):
     """A process of the engine (a model worker, or the engine core) died while the cell ran."""
 
 
-@contextmanager
+@contextlib.contextmanager
 def scoped_env(values: dict[str, str]) -> Iterator[None]:
     old = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
@@ -46,26 +46,22 @@ def scoped_env(values: dict[str, str]) -> Iterator[None]:
 def fresh_vllm_envs() -> None:
     """vLLM's engine core freezes ``vllm.envs`` (``enable_envs_cache``) in the process it runs in; undo that so
     the next engine (next cell) reads its own environment."""
-    try:
+    with contextlib.suppress(Exception):  # best effort
         import vllm.envs as envs
 
         if hasattr(envs, "disable_envs_cache"):
             envs.disable_envs_cache()
-    except Exception:  # pragma: no cover - best effort
-        pass
 
 
 def exc_message(exc: BaseException) -> str:
     """vLLM's own words: pydantic validation errors carry them in ``errors()[i]['msg']``."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
-        try:
+        with contextlib.suppress(Exception):
             msgs = [str(e.get("msg", "")) for e in errors()]
             msgs = [m.removeprefix("Value error, ").removeprefix("Assertion failed, ") for m in msgs if m]
             if msgs:
                 return "; ".join(msgs)
-        except Exception:
-            pass
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0] if len(text) > 500 else text
 

@@ -9,10 +9,10 @@ cell. :class:`EngineBackend` starts an engine under the cell's environment with 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,25 +66,9 @@ class EngineProcesses:
 
     def dead(self) -> list[str]:
         """Descriptions of the engine's processes that are no longer running."""
-        import psutil
-
-        out = []
-        seen = set()
-        for h in self.handles:
-            seen.add(h.pid)
-            code = h.exitcode
-            if code is not None:
-                out.append(describe_exit(h.name, h.pid, code))
-        for pid in self.pids:
-            if pid in seen:
-                continue
-            try:
-                p = psutil.Process(pid)
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    continue
-            except psutil.NoSuchProcess:
-                pass
-            out.append(describe_exit("vLLM process", pid, None))
+        seen = {h.pid for h in self.handles}
+        out = [describe_exit(h.name, h.pid, code) for h in self.handles if (code := h.exitcode) is not None]
+        out += [describe_exit("vLLM process", pid, None) for pid in self.pids if pid not in seen and not _running(pid)]
         return out
 
     def wait_dead(self, grace_s: float) -> list[str]:
@@ -96,19 +80,9 @@ class EngineProcesses:
             time.sleep(0.05)
 
     def alive(self) -> list[int]:
-        import psutil
+        return [pid for pid in self.pids if _running(pid)]
 
-        out = []
-        for pid in self.pids:
-            try:
-                p = psutil.Process(pid)
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        return out
-
-    @contextmanager
+    @contextlib.contextmanager
     def watch(self) -> Iterator[None]:
         """Turn any engine error that follows the death of one of these processes into :class:`VllmWorkerDied`."""
         try:
@@ -126,17 +100,12 @@ class EngineProcesses:
     def reset_peak_rss(self) -> None:
         memory.reset_peak_rss()
         for pid in self.pids:
-            try:
-                with open(f"/proc/{pid}/clear_refs", "w") as fh:
-                    fh.write("5")
-            except OSError:
-                pass
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/clear_refs", "w") as fh:
+                fh.write("5")
 
     def peak_rss_bytes(self) -> int | None:
         """Peak RSS of this process plus the engine's live processes (the model lives in the workers)."""
-        total = memory.peak_rss_bytes() or 0
-        for pid in self.alive():
-            total += memory.peak_rss_bytes(pid) or 0
+        total = (memory.peak_rss_bytes() or 0) + sum(memory.peak_rss_bytes(pid) or 0 for pid in self.alive())
         return total or None
 
     def reap(self, timeout_s: float = SHUTDOWN_WAIT_S) -> list[int]:
@@ -146,24 +115,18 @@ class EngineProcesses:
         self.collect(None)  # children started after load() recorded them (a TP rank spawned late)
         procs = []
         for pid in self.pids:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 procs.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                pass
         _, alive = psutil.wait_procs(procs, timeout=timeout_s)
         killed = []
         for p in alive:  # vLLM's shutdown left them: end them (they are ours, started by the engine)
             killed.append(p.pid)
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-            except psutil.NoSuchProcess:
-                pass
         psutil.wait_procs(alive, timeout=5)
         for h in self.handles:  # let multiprocessing collect its own children (no zombies left)
-            try:
+            with contextlib.suppress(Exception):
                 h.join(timeout=0)
-            except Exception:
-                pass
         return killed
 
 
@@ -172,15 +135,22 @@ def _process_handles(engine: Any) -> list[Any]:
     (``InprocClient.engine_core.model_executor.workers[i].proc``) or the engine-core process(es) of a
     multiprocess client (``client.resources.engine_manager.processes``)."""
     client = getattr(engine, "engine_core", None)
-    handles: list[Any] = []
     executor = getattr(getattr(client, "engine_core", None), "model_executor", None)
-    for w in getattr(executor, "workers", None) or []:
-        proc = getattr(w, "proc", None)
-        if proc is not None:
-            handles.append(proc)
+    workers = getattr(executor, "workers", None) or []
+    handles = [w.proc for w in workers if getattr(w, "proc", None) is not None]
     manager = getattr(getattr(client, "resources", None), "engine_manager", None)
     handles.extend(getattr(manager, "processes", None) or [])
     return handles
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (ended, not yet reaped)."""
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _is_resource_tracker(p: Any) -> bool:
@@ -253,19 +223,19 @@ class EngineBackend:
     def close(self) -> None:  # pragma: no cover - each backend has its own
         raise NotImplementedError
 
-    def _start(self, env: dict[str, str], make: Callable[[], Any], engine_of: Callable[[Any], Any]) -> tuple[Any, float]:
-        """``make()`` under ``env``; returns (its result, seconds). The engine's processes are recorded even when
-        ``make()`` fails half-way, so ``close()`` can end them."""
+    def _start(self, env: dict[str, str], make: Callable[[], Any]) -> float:
+        """``make()`` (which returns the ``LLMEngine``) under ``env``; returns the seconds it took. The engine's
+        processes are recorded even when ``make()`` fails half-way, so ``close()`` can end them."""
         t0 = time.perf_counter()
-        made: Any = None
+        engine: Any = None
         try:
             with scoped_env(env):
                 fresh_vllm_envs()
-                made = make()
+                engine = make()
         finally:
-            self._procs.collect(engine_of(made) if made is not None else None)
+            self._procs.collect(engine)
         fresh_vllm_envs()
-        return made, time.perf_counter() - t0
+        return time.perf_counter() - t0
 
     def engine_processes_alive(self) -> list[int]:
         """Pids of the processes this backend's engine started that still run."""
@@ -275,5 +245,4 @@ class EngineBackend:
         self._procs.reset_peak_rss()
 
     def memory_stats(self) -> MemoryStats:
-        """Peak RSS of this process plus the engine's processes (the model lives in the workers)."""
         return MemoryStats(peak_rss_bytes=self._procs.peak_rss_bytes())

@@ -27,6 +27,8 @@ NUMA nodes"). perfsuite then splits the CPUs this process may use into N contigu
 
 from __future__ import annotations
 
+import itertools
+import os
 from typing import Any
 
 from perfsuite.backends import options as backend_options
@@ -107,28 +109,16 @@ def cpu_bind_plan(cpus: list[int], ranks: int) -> str:
                               f"use {len(cpus)} ({_ranges(cpus) or 'none'}): lower the TP size or widen the "
                               "affinity (taskset)")
     per, extra = divmod(len(cpus), ranks)
-    groups, i = [], 0
-    for r in range(ranks):
-        n = per + (1 if r < extra else 0)
-        groups.append(_ranges(cpus[i:i + n]))
-        i += n
-    return "|".join(groups)
+    bounds = [r * per + min(r, extra) for r in range(ranks + 1)]  # the first `extra` ranks get one CPU more
+    return "|".join(_ranges(cpus[a:b]) for a, b in itertools.pairwise(bounds))
 
 
 def _ranges(ids: list[int]) -> str:
     """[0, 1, 2, 5] -> "0-2,5" (the list syntax vLLM's parse_id_list reads)."""
-    out: list[str] = []
-    start = prev = None
-    for c in ids:
-        if start is None:
-            start = prev = c
-        elif c == prev + 1:  # type: ignore[operator]
-            prev = c
-        else:
-            out.append(f"{start}-{prev}" if start != prev else f"{start}")
-            start = prev = c
-    if start is not None:
-        out.append(f"{start}-{prev}" if start != prev else f"{start}")
+    out = []
+    for _, group in itertools.groupby(enumerate(ids), lambda ic: ic[1] - ic[0]):  # a run of consecutive ids
+        run = [c for _, c in group]
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
     return ",".join(out)
 
 
@@ -207,8 +197,6 @@ def engine_env(cell: Cell, allowed_cpus: list[int] | None = None) -> dict[str, s
         bind = cell.option("omp_threads_bind", None)
         if bind is None and cell.tensor_parallel_size > 1:
             if allowed_cpus is None:
-                import os
-
                 allowed_cpus = sorted(os.sched_getaffinity(0))
             bind = cpu_bind_plan(allowed_cpus, cell.tensor_parallel_size)
         if bind is not None:

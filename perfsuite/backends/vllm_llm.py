@@ -5,8 +5,8 @@ the engine-core process off, which is what makes its TTFT and inter-token latenc
 describe a non-default engine. This backend keeps vLLM's defaults (async scheduling, engine core in its own
 process, torch.compile / CUDA graphs unless ``enforce_eager``, chunked prefill, its batch limits) and times what a
 user's ``LLM.generate`` call costs, the way ``vllm bench latency`` does: one timed call = one generation of the
-batch, ``max_tokens = new_tokens``, ``ignore_eos`` (exactly n tokens, checked). The only departures from ``vllm.LLM()``'s
-defaults are those ``vllm bench latency`` makes or that token-id prompts need (see
+batch, ``max_tokens = new_tokens``, ``ignore_eos`` (exactly n tokens, checked). The only departures from
+``vllm.LLM()``'s defaults are those ``vllm bench latency`` makes or that token-id prompts need (see
 :func:`~perfsuite.backends.vllm_engine_args.llm_engine_args`).
 
 Only whole generations are timed (``timed_metrics = ("e2el",)``, :class:`~perfsuite.backends.base.WholeBackend`):
@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.backends.base import WholeBackend
-from perfsuite.backends.vllm_common import (
-    VllmEngineError,
-)
+from perfsuite.backends.vllm_common import VllmEngineError
 from perfsuite.backends.vllm_engine import EngineBackend, shutdown_engine
 from perfsuite.backends.vllm_engine_args import llm_engine_args
 from perfsuite.cells import Cell
@@ -48,16 +46,19 @@ class VllmLlmBackend(EngineBackend, WholeBackend):
 
     def _load(self) -> None:
         import vllm
-        from vllm import LLM
+        from vllm import LLM, SamplingParams
 
         kwargs, env, awq_info = self._resolve()
 
         def make() -> Any:
             self.llm = LLM(**kwargs)
-            return self.llm
+            return self.llm.llm_engine
 
-        _, start_s = self._start(env, make, lambda llm: llm.llm_engine)
-        self._sp = self._sampling_params()
+        start_s = self._start(env, make)
+        # As vllm bench latency asks: ignore_eos + max_tokens (no min_tokens, no per-request seed: both add work
+        # to every step in vLLM's sampler); generate() checks that exactly new_tokens came back.
+        self._sp = SamplingParams(temperature=float(self.cell.option("temperature", 0.0)), top_p=1.0,
+                                  max_tokens=self.cell.scenario.new_tokens, ignore_eos=True, detokenize=False)
         cfg = self.llm.llm_engine.vllm_config
         self._info = {
             "vllm": vllm.__version__, "engine_start_s": start_s,
@@ -84,14 +85,6 @@ class VllmLlmBackend(EngineBackend, WholeBackend):
         }
         if awq_info is not None:
             self._info["awq"] = awq_info
-
-    def _sampling_params(self) -> Any:
-        from vllm import SamplingParams
-
-        # As vllm bench latency asks: ignore_eos + max_tokens (no min_tokens, no per-request seed: both add work
-        # to every step in vLLM's sampler); generate() checks that exactly new_tokens came back.
-        return SamplingParams(temperature=float(self.cell.option("temperature", 0.0)), top_p=1.0,
-                              max_tokens=self.cell.scenario.new_tokens, ignore_eos=True, detokenize=False)
 
     def close(self) -> None:
         llm, self.llm = self.llm, None

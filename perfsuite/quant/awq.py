@@ -300,14 +300,6 @@ def agreement(ref_logits: Any, got_top1: list[list[int]], start: int, margin_bou
     return Agreement(total, agree, decisive, bad, margin_bound)
 
 
-def logit_noise(model_dir: Path, sequences: list[list[int]], dtype: str) -> float:
-    """Largest |logit difference| between running ``model_dir`` in ``dtype`` and in float32 on the same sequences:
-    the error that the activation dtype alone causes, used to size the margin bound of :func:`agreement`."""
-    ref = reference_logits(model_dir, sequences, "float32")
-    low = reference_logits(model_dir, sequences, dtype)
-    return float((ref - low).abs().max())
-
-
 def vllm_agreement(backend: Any, prompts: list[list[int]], new_tokens: int) -> dict[str, Any]:
     """Teacher-forced top-1 agreement of a loaded vLLM AWQ cell with its dequantized twin run by torch in float32.
 
@@ -322,7 +314,8 @@ def vllm_agreement(backend: Any, prompts: list[list[int]], new_tokens: int) -> d
     seqs = [p + t for p, t in zip(prompts, toks, strict=True)]
     start = len(prompts[0]) - 1
     got = backend.teacher_forced_top1(seqs, start)
-    noise = logit_noise(twin, seqs, backend.cell.dtype)
-    a = agreement(reference_logits(twin, seqs), got, start, 2 * noise)
+    ref = reference_logits(twin, seqs)
+    noise = float((ref - reference_logits(twin, seqs, backend.cell.dtype)).abs().max())  # the dtype's own error
+    a = agreement(ref, got, start, 2 * noise)
     return {**a.as_dict(), "activation_dtype_logit_noise": noise, "reference": "dequantized twin, torch float32",
             "generated": toks, "teacher_forced_top1": got}
