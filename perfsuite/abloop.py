@@ -6,8 +6,8 @@ Each pair measures one cell once on A and once on B in fresh worker processes of
 trees support it, else one after the other in coin-flip order; every gated (cell, metric) is a :class:`Member`
 whose confidence sequence gets ``log(B / A)`` of the pair.
 Pairs are added until the caller's ``decide`` settles every member (or ``stop`` says so) or the wall-time budget is
-spent. The budget rule (:class:`BudgetRule`) is pure and is given the clock, so tests drive it with fake pair
-durations: a pair is started only if the slowest of the recent pairs would still fit, so the budget is overrun by
+spent. The budget rule (in :func:`run_pairs`, which is given the clock, so tests drive it with fake pair
+durations): a pair is started only if the slowest of the recent pairs would still fit, so the budget is overrun by
 less than one pair however the pair durations change (the mean of past pairs overran 2 min by 51 s when the
 machine slowed down mid-run).
 """
@@ -64,38 +64,20 @@ def members(cells: Sequence[dict[str, Any]], config: Any, alpha: float,
     with a Bonferroni share of ``alpha``: valid for any stopping rule."""
     from perfsuite.gate.policy import _LAT
     from perfsuite.gate.sequential import ConfidenceSequence
-    from perfsuite.vocabulary import TIMED as METRICS
 
     found: list[tuple[Any, ...]] = []
     for c in cells:
-        for m in METRICS:
+        for m in vocabulary.TIMED:
             for pol in config.policies_for(c["id"], test_name(c, m)):
                 lat = _LAT.match(pol.metric)
                 if pol.exact or not lat or lat.group(2) not in samples_of(m):
                     continue
-                if select is not None and not select(c["id"], m, pol.metric):
-                    continue
-                found.append((c, m, pol, lat))
+                if select is None or select(c["id"], m, pol.metric):
+                    found.append((c, m, pol, lat))
     per = alpha / max(len(found), 1)
-    out = [Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms",
-                  -1.0 if pol.direction == "higher_is_better" else 1.0, per, ConfidenceSequence(per),
-                  threshold=pol.threshold, test=test_name(c, m)) for c, m, pol, lat in found]
-    return out
-
-
-@dataclass(frozen=True)
-class BudgetRule:
-    """Start another pair only if the slowest of the last ``window`` pairs would still end inside the budget.
-    The first pair always runs (nothing to predict from). Then the last pair started ends at most one pair's
-    misprediction past the budget, i.e. less than one pair."""
-
-    budget_s: float
-    window: int = 6
-
-    def next_fits(self, elapsed_s: float, pair_walls: Sequence[float]) -> bool:
-        if not pair_walls:
-            return True
-        return elapsed_s + max(pair_walls[-self.window:]) <= self.budget_s
+    return [Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms",
+                   -1.0 if pol.direction == "higher_is_better" else 1.0, per, ConfidenceSequence(per),
+                   threshold=pol.threshold, test=test_name(c, m)) for c, m, pol, lat in found]
 
 
 @dataclass
@@ -243,27 +225,24 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
               clock: Callable[[], float] = time.monotonic, measure: Measure = measure_side,
               lockstep: bool = False) -> PairRun:
     """Rounds of one pair per cell (cells in random order) until ``stop(members)`` names a reason, ``max_pairs``
-    rounds are done, or the next pair would not fit the budget (:class:`BudgetRule`). ``decide(member)`` gives
+    rounds are done, or the next pair would not fit the budget. ``decide(member)`` gives
     ``(kind, note)`` after every round ("open" while undecided). ``metrics``: what each cell's workers measure
     (default all). ``lockstep``: both sides' workers of a pair alive together, taking turns generation by
     generation (perfsuite.lockstep; both trees must support it); otherwise one after the other via ``measure``."""
-    from perfsuite.vocabulary import TIMED as METRICS
-
-    rule = BudgetRule(budget_s)
     pairs: list[dict[str, Any]] = []
     walls: list[float] = []
     t0 = clock()
     stopped = "max-pairs"
-    n = 0
     try:
-        while n < max_pairs:
-            n += 1
+        for n in range(1, max_pairs + 1):
             out_of_budget = False
             for cell in rng.sample(list(cells), len(cells)):
-                if not rule.next_fits(clock() - t0, walls):
+                # The first pair always runs; then one starts only if the slowest of the last 6 would still end
+                # inside the budget, so the last one started ends less than one pair past it.
+                if walls and clock() - t0 + max(walls[-6:]) > budget_s:
                     out_of_budget = True
                     break
-                what = (metrics or {}).get(cell["id"], METRICS)
+                what = (metrics or {}).get(cell["id"], vocabulary.TIMED)
                 tp = clock()
                 rounds: list[str] | None = None
                 if lockstep and cell.get("backend") != "vllm-serve":  # a serving replicate is a server start
@@ -324,9 +303,8 @@ def row(m: Member, tau: float, eps: float, pair_s: float, power: float) -> dict[
     if kind == "inconclusive":
         mde = sequential.mde_reached(m.cs, power)
         more = sequential.pairs_to_settle(m.cs, tau, eps)
-        row["mde"] = math.expm1(mde) if math.isfinite(mde) else None
-        row["settle_pairs"] = more
-        row["settle_budget_s"] = None if more is None else more * pair_s
+        row.update(mde=math.expm1(mde) if math.isfinite(mde) else None, settle_pairs=more,
+                   settle_budget_s=None if more is None else more * pair_s)
         settle = (f"about {row['settle_budget_s'] / 60:.0f} min ({more} pairs) would settle it" if more
                   else "no budget in reach would settle it at this spread")
         row["note"] = f"MDE reached {pct(mde)}; {settle}"

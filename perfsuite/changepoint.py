@@ -132,16 +132,11 @@ def e_divisive(values: Sequence[float], *, max_pvalue: float = DEFAULT_MAX_PVALU
         tau, q = best[j]
         if tau < 0 or not q > 0:
             break
-        hits = 0
-        done = 0
-        for _ in range(permutations):
-            q_perm = max(_best_split(rng.permutation(z[s:e]), min_size, a)[1] for s, e in segs)
+        hits = done = 0
+        while done < permutations and hits <= give_up:
             done += 1
-            if q_perm >= q:
-                hits += 1
-                if hits > give_up:
-                    break
-        p = (1 + hits) / (1 + done) if hits > give_up else (1 + hits) / (1 + permutations)
+            hits += int(max(_best_split(rng.permutation(z[s:e]), min_size, a)[1] for s, e in segs) >= q)
+        p = (1 + hits) / (1 + done)
         if p > max_pvalue:
             break
         s, e = segs[j]

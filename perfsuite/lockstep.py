@@ -18,6 +18,7 @@ orders work, it never changes what is timed. Nothing here times anything.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import selectors
 import shutil
@@ -167,10 +168,8 @@ class Conductor:
     def release(self) -> None:
         """``f`` to every side still connected: each runs to its end freely (its result, its teardown)."""
         for s in list(self._conn):
-            try:
+            with contextlib.suppress(OSError):
                 self._conn[s].sendall(FREE)
-            except OSError:
-                pass
             self._drop(s)
 
     def _drop(self, side: str) -> None:

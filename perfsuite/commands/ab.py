@@ -155,18 +155,21 @@ def main(args: argparse.Namespace) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
     pools, zygote_line = pool.pair_pools(sides, {s: (out_dir / f"workers-{s}") if out_dir else None for s in sides},
                                          pool.preload_modules({c["backend"] for c in cells}), args.zygote)
-    rng = random.Random(args.seed)
     progress = Progress(min_interval_s=10.0)
-    print(f"perfsuite ab: A = {sides['a'].tree}, B = {sides['b'].tree}; {len(cells)} cell(s), {len(members)} gated "
-          f"metric(s), alpha {config.alpha:g} (Bonferroni), regression beyond {config.ab_threshold:.1%}, "
-          f"unchanged inside ±{config.ab_margin:.1%}, budget {budget:.0f} s", flush=True)
-    print(f"perfsuite ab: {threads.line}", flush=True)
-    print(f"perfsuite ab: PYTHONHASHSEED={dict(seed_env)['PYTHONHASHSEED']} for both sides' zygotes (one hash seed, so "
-          "the two sides' workers differ by their code, not by their zygotes' draws)" if seed_env else
-          "perfsuite ab: PYTHONHASHSEED is set by the caller; left as given", flush=True)
-    print(f"perfsuite ab: {zygote_line}", flush=True)
+
+    def say(line: str) -> None:
+        print(f"perfsuite ab: {line}", flush=True)
+
+    say(f"A = {sides['a'].tree}, B = {sides['b'].tree}; {len(cells)} cell(s), {len(members)} gated metric(s), alpha "
+        f"{config.alpha:g} (Bonferroni), regression beyond {config.ab_threshold:.1%}, unchanged inside "
+        f"±{config.ab_margin:.1%}, budget {budget:.0f} s")
+    say(threads.line)
+    say(f"PYTHONHASHSEED={dict(seed_env)['PYTHONHASHSEED']} for both sides' zygotes (one hash seed, so the two sides' "
+        "workers differ by their code, not by their zygotes' draws)" if seed_env else
+        "PYTHONHASHSEED is set by the caller; left as given")
+    say(zygote_line)
     lockstep, pairing = abloop.pairing(args.pairs, facts)
-    print(f"perfsuite ab: {pairing}", flush=True)
+    say(pairing)
 
     def decide(m: abloop.Member) -> tuple[str, str]:
         d = sequential.decide(m.cs, tau, eps)
@@ -178,12 +181,12 @@ def main(args: argparse.Namespace) -> int:
         return "decided" if all(m.kind != "open" for m in ms) else None
 
     setup_s = time.monotonic() - started
-    left = max(budget - setup_s, 0.0)  # the first pair runs whatever is left (BudgetRule)
-    print(f"perfsuite ab: {setup_s:.0f} s of the budget went to the probes and plans; {left:.0f} s left for pairs",
-          flush=True)
+    left = max(budget - setup_s, 0.0)  # the first pair runs whatever is left (abloop.run_pairs)
+    say(f"{setup_s:.0f} s of the budget went to the probes and plans; {left:.0f} s left for pairs")
     try:
-        run = abloop.run_pairs(pools, plans, cells, members, budget_s=left, max_pairs=args.max_pairs, rng=rng,
-                               decide=decide, stop=stop, lockstep=lockstep, progress=lambda n, el: progress.update(
+        run = abloop.run_pairs(pools, plans, cells, members, budget_s=left, max_pairs=args.max_pairs,
+                               rng=random.Random(args.seed), decide=decide, stop=stop, lockstep=lockstep,
+                               progress=lambda n, el: progress.update(
                                    abloop.progress_line(n, el + setup_s, budget, members)))
     except abloop.PairsInterrupted as exc:  # Ctrl-C: keep the pairs measured so far (a half pair is not one)
         run = exc.run
@@ -192,8 +195,7 @@ def main(args: argparse.Namespace) -> int:
             pl.close()
     pairs, stop_reason, elapsed = run.pairs, run.stopped, run.elapsed_s + setup_s
     progress.done()
-    pair_s = run.pair_s(len(cells))
-    rows = [abloop.row(m, tau, eps, pair_s, config.power) for m in members]
+    rows = [abloop.row(m, tau, eps, run.pair_s(len(cells)), config.power) for m in members]
     for line in _table(rows):
         print(line)
     n_pairs = len(pairs) // max(len(cells), 1)
@@ -245,15 +247,12 @@ def _side_facts(side: Any) -> dict[str, Any]:
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
-    head = ("cell", "test", "metric", "verdict", "change", "interval", "pairs", "note")
-    lines = [head]
+    from perfsuite.gate.report import aligned
+
+    lines = [("cell", "test", "metric", "verdict", "change", "interval", "pairs", "note")]
     for r in rows:
         ch = "n/a" if r["change"] is None else f"{r['change'] * 100:+.2f}%"
         lines.append((r["cell"], r["test"].split("[")[0], r["metric"], r["verdict"].upper() if r["verdict"] == "regression"
                       else r["verdict"], ch, f"[{r['ci_low'] * 100:+.2f}%, {r['ci_high'] * 100:+.2f}%]",
                       str(r["pairs"]), r["note"]))
-    widths = [max(len(x[i]) for x in lines) for i in range(len(head) - 1)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(x, widths, strict=False)) + ("  " + x[-1] if x[-1] else "")
-           for x in lines]
-    out.insert(1, "-" * min(160, len(out[0])))
-    return out
+    return aligned(lines)

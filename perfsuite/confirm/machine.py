@@ -55,11 +55,8 @@ def foreign_hardware(current: Mapping[str, Any], runs: Sequence[Mapping[str, Any
     if not runs:
         return None
     base = hardware_of_run(runs[-1].get("machine_info") or {})
-    diffs = []
-    for key, what in (("cpu_model", "CPU model"), ("flags", "instruction sets"), ("gpu_arch", "GPU arch")):
-        a, b = current.get(key), base.get(key)
-        if a is not None and b is not None and a != b:
-            diffs.append(what)
+    diffs = [what for key, what in (("cpu_model", "CPU model"), ("flags", "instruction sets"), ("gpu_arch", "GPU arch"))
+             if _differ(current.get(key), base.get(key))]
     if not diffs:
         return None
     return (f"incomparable: other hardware ({' and '.join(diffs)} differ): this machine is "
@@ -97,9 +94,10 @@ def version_diffs(facts: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -
     if not runs:
         return []
     base = (runs[-1].get("machine_info") or {}).get("perfsuite") or {}
-    out = []
-    for key in VERSION_KEYS:
-        a, b = base.get(key), facts.get(key)
-        if a is not None and b is not None and a != b:
-            out.append(f"{key.removesuffix('_version')} {a} (baselines) vs {b} (here)")
-    return out
+    return [f"{key.removesuffix('_version')} {base[key]} (baselines) vs {facts[key]} (here)" for key in VERSION_KEYS
+            if _differ(base.get(key), facts.get(key))]
+
+
+def _differ(a: Any, b: Any) -> bool:
+    """Both sides recorded the field (not None) and it differs."""
+    return a is not None and b is not None and a != b

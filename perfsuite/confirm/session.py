@@ -46,7 +46,6 @@ class Confirmation:
     config: ConfirmConfig
     confirm_inconclusive: bool = False
     python: str | None = None  # --perf-confirm-python (over config.python)
-    allow_foreign: bool = False
     fail_on_inconclusive: bool = False
     foreign: str | None = None  # "incomparable: other hardware ..." when the class is forced onto other hardware
     probe: list[str] = field(default_factory=list)
@@ -293,7 +292,7 @@ def warning_class(name: str) -> type[Warning]:
 
 def start(ps: Any, *, confirm_inconclusive: bool, python: str | None, allow_foreign: bool) -> Confirmation:
     """At gate setup: the confirmation state of this session, with the foreign-hardware check."""
-    conf = Confirmation(ps.gate.config.confirm or ConfirmConfig(), confirm_inconclusive, python, allow_foreign,
+    conf = Confirmation(ps.gate.config.confirm or ConfirmConfig(), confirm_inconclusive, python,
                         ps.fail_on_inconclusive)
     forced = ps.runner_class != ps.facts.get("detected_runner_class")
     if forced and not allow_foreign:

@@ -67,10 +67,8 @@ def _sigint_held() -> Iterator[None]:
 
 def remove(top: Path, tree: Path) -> None:
     with _sigint_held():
-        try:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
             _git(top, "worktree", "remove", "--force", str(tree))
-        except (OSError, subprocess.SubprocessError):
-            pass
         shutil.rmtree(tree.parent, ignore_errors=True)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             _git(top, "worktree", "prune")
@@ -80,17 +78,13 @@ def remove(top: Path, tree: Path) -> None:
 def temporary_worktree(top: Path, sha: str) -> Iterator[Path]:
     """``top``'s commit ``sha`` in a fresh detached worktree under the temp dir; gone when the block ends."""
     with sigterm_as_interrupt():
-        yield from _worktree(top, sha)
-
-
-def _worktree(top: Path, sha: str) -> Iterator[Path]:
-    tree = Path(tempfile.mkdtemp(prefix="perfsuite-confirm-")) / "a"
-    try:
-        proc = _git(top, "worktree", "add", "--detach", "--quiet", str(tree), sha, timeout_s=600)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise CannotConfirm(f"git worktree add of {sha[:12]} failed ({tail}); check `git worktree list` and the "
-                                "free space of the temp dir")
-        yield tree
-    finally:
-        remove(top, tree)
+        tree = Path(tempfile.mkdtemp(prefix="perfsuite-confirm-")) / "a"
+        try:
+            proc = _git(top, "worktree", "add", "--detach", "--quiet", str(tree), sha, timeout_s=600)
+            if proc.returncode != 0:
+                tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise CannotConfirm(f"git worktree add of {sha[:12]} failed ({tail}); check `git worktree list` and "
+                                    "the free space of the temp dir")
+            yield tree
+        finally:
+            remove(top, tree)

@@ -11,19 +11,5 @@ from perfsuite.gate.policy import DEFAULT_POLICIES, GateConfig, Override, Policy
 from perfsuite.gate.runs import compare_runs
 from perfsuite.gate.verdict import KINDS, Verdict
 
-__all__ = [
-    "DEFAULT_POLICIES",
-    "KINDS",
-    "GateConfig",
-    "GateSession",
-    "InputError",
-    "Override",
-    "Policy",
-    "PolicyError",
-    "Verdict",
-    "compare_runs",
-    "is_contended",
-    "load_runs",
-    "make_session",
-    "parse_config",
-]
+__all__ = ["DEFAULT_POLICIES", "KINDS", "GateConfig", "GateSession", "InputError", "Override", "Policy", "PolicyError",
+           "Verdict", "compare_runs", "is_contended", "load_runs", "make_session", "parse_config"]

@@ -65,14 +65,10 @@ def estimate(test: str, policy: Policy, baseline: Sequence[Mapping[str, Any]],
 
 def _finite_runs(base: list[Mapping[str, Any]], metric: str) -> tuple[list[Mapping[str, Any]], list[str]]:
     """The baseline runs whose values of ``metric`` are finite, and a note naming each one left out."""
-    kept, notes = [], []
-    for b in base:
-        why = values.nonfinite(b, metric)
-        if why:
-            notes.append(f"left out {b.get('_path') or 'a baseline run'} for {metric}: {why}")
-        else:
-            kept.append(b)
-    return kept, notes
+    whys = [values.nonfinite(b, metric) for b in base]
+    return ([b for b, why in zip(base, whys, strict=True) if not why],
+            [f"left out {b.get('_path') or 'a baseline run'} for {metric}: {why}"
+             for b, why in zip(base, whys, strict=True) if why])
 
 
 def _estimate(test: str, policy: Policy, base: Sequence[Mapping[str, Any]], currents: Sequence[Mapping[str, Any]],

@@ -63,10 +63,8 @@ class GateSession:
             if res is None or res.skip or res.error or not res.processes:
                 continue
             base = match(item.nodeid, self._by_full, self._by_name)
-            probe = {"extra_info": {"measured_by": res.measured_by}}
-            if not base or not comparable_runs(probe, base)[0]:
-                continue
-            self.family[item.nodeid] = 1
+            if base and comparable_runs({"extra_info": {"measured_by": res.measured_by}}, base)[0]:
+                self.family[item.nodeid] = 1
 
     def add_to_family(self, nodeids: Sequence[str]) -> None:
         """Tests measured outside :meth:`set_family`'s cells (the serving cells) join the family when they have a
@@ -75,21 +73,15 @@ class GateSession:
             if match(nodeid, self._by_full, self._by_name):
                 self.family[nodeid] = 1
 
-    def alpha_for(self, n_stat: int) -> float:
-        tests = max(len(self.family), 1)
-        return self.config.alpha / (tests * max(n_stat, 1))
-
     # ------------------------------------------------------------------------------------------- a verdict
     def check(self, nodeid: str, extra_info: Mapping[str, Any], stats_: Mapping[str, Any] | None = None
               ) -> list[Verdict]:
         """Verdicts of one benchmark (its ``extra_info`` as just measured), recorded for :meth:`summary_table`."""
         out = self.screen(nodeid, extra_info, stats_)
-        current = {"extra_info": dict(extra_info), "stats": dict(stats_ or {})}
-        cid = str((extra_info.get("cell") or {}).get("id") or "")
         self.verdicts.extend(out)
         for v in out:
             if v.kind == "inconclusive" and v.ratio is not None:
-                self.hints[nodeid] = self._settle_hint(v, current, cid)
+                self.hints[nodeid] = self._settle_hint(v, extra_info)
         return out
 
     def screen(self, nodeid: str, extra_info: Mapping[str, Any], stats_: Mapping[str, Any] | None = None
@@ -99,16 +91,17 @@ class GateSession:
         if not base:
             return []
         current = {"extra_info": dict(extra_info), "stats": dict(stats_ or {})}
-        cid = str((extra_info.get("cell") or {}).get("id") or "")
-        pols = [p for p in self.config.policies_for(cid, values.short_name(nodeid))
+        pols = [p for p in self.config.policies_for(values.cell_id(current), values.short_name(nodeid))
                 if values.run_value(current, p.metric) is not None]  # a policy gates benchmarks that have its metric
-        alpha = self.alpha_for(sum(not p.exact for p in pols))
+        n_stat = sum(not p.exact for p in pols)
+        alpha = self.config.alpha / (max(len(self.family), 1) * max(n_stat, 1))
         return [decide(estimate(nodeid, p, base, [current], self.config), alpha, self.config.power) for p in pols]
 
-    def _settle_hint(self, v: Verdict, current: Mapping[str, Any], cell_id: str) -> str:
+    def _settle_hint(self, v: Verdict, extra_info: Mapping[str, Any]) -> str:
         """The `perfsuite ab` command (with a budget sized from this run's own process spread) that settles it."""
-        pv = values.process_values(current, v.metric)
-        procs = (current.get("extra_info") or {}).get("processes") or []
+        bench = {"extra_info": extra_info}
+        pv = values.process_values(bench, v.metric)
+        procs = extra_info.get("processes") or []
         walls = [float(p.get("wall_s") or 0) for p in procs if p.get("wall_s")]
         budget = None
         if pv and len(pv) >= 3 and walls:
@@ -119,12 +112,8 @@ class GateSession:
             n = sequential.pairs_needed(sigma_pair, target, self.config.alpha / 3, tau, eps)
             if n is not None:
                 budget = 20 + 1.2 * n * 2 * float(np.mean(walls))
-        ref = None
-        for run in reversed(self.runs):
-            ref = (run.get("commit_info") or {}).get("id")
-            if ref:
-                break
-        return report.ab_command(cell_id, ref, budget)
+        ref = next((sha for run in reversed(self.runs) if (sha := (run.get("commit_info") or {}).get("id"))), None)
+        return report.ab_command(values.cell_id(bench), ref, budget)
 
     @staticmethod
     def failure_message(verdicts: Sequence[Verdict]) -> str | None:

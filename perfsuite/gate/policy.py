@@ -94,14 +94,9 @@ class GateConfig:
         for pol in self.policies:
             for ov in self.overrides:
                 if fnmatch.fnmatchcase(cell_id, ov.pattern) or fnmatch.fnmatchcase(test_name, ov.pattern):
-                    changes = dict(ov.common)
-                    changes.update(dict(dict(ov.per_metric).get(pol.metric, ())))
-                    if pol.exact:
-                        changes.pop("threshold", None)
-                    else:
-                        changes.pop("tolerance", None)
-                        changes.pop("abs_tolerance", None)
-                    pol = replace(pol, **changes)
+                    changes = {**dict(ov.common), **dict(dict(ov.per_metric).get(pol.metric, ()))}
+                    other_kind = ("threshold",) if pol.exact else ("tolerance", "abs_tolerance")
+                    pol = replace(pol, **{k: v for k, v in changes.items() if k not in other_kind})
             if pol.applies_to(test_name):
                 out.append(pol)
         return out
@@ -176,8 +171,7 @@ def _policy(i: int, raw: Any) -> Policy:
         raise _err(where, raw, "a table ([[tool.perfsuite.gate.policies]])")
     k = first_unknown(raw, _POLICY)
     if k is not None:
-        raise _err(f"{where}.{k}", raw[k], f"keys {', '.join(sorted(_POLICY))}",
-                   "remove or rename the key")
+        raise _err(f"{where}.{k}", raw[k], f"keys {', '.join(sorted(_POLICY))}", "remove or rename the key")
     if "metric" not in raw:
         raise _err(f"{where}.metric", None, METRIC_HELP, "every policy names its metric")
     metric = check_metric(f"{where}.metric", raw["metric"])
@@ -186,8 +180,7 @@ def _policy(i: int, raw: Any) -> Policy:
         raise _err(f"{where}.exact", False, "true for " + metric,
                    "counts and peak memory are deterministic enough to gate exactly (add a tolerance if needed)")
     allowed_dirs = EXACT_DIRECTIONS if exact else DIRECTIONS
-    default_dir = default_direction(metric)
-    direction = raw.get("direction", default_dir)
+    direction = raw.get("direction", default_direction(metric))
     if direction not in allowed_dirs:
         raise _err(f"{where}.direction", direction, ", ".join(allowed_dirs))
     if exact and "threshold" in raw:

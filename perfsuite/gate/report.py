@@ -7,11 +7,8 @@ import math
 import shlex
 from collections.abc import Sequence
 
-from perfsuite.gate.verdict import Verdict
+from perfsuite.gate.verdict import KINDS, Verdict
 from perfsuite.vocabulary import pct
-
-_MARK = {"regression": "REGRESSION", "improvement": "improvement", "unchanged": "unchanged",
-         "inconclusive": "inconclusive", "incomparable": "incomparable"}
 
 
 def _n(v: float | None) -> str:
@@ -55,15 +52,20 @@ def table(verdicts: Sequence[Verdict], holm_p: Sequence[float | None] | None = N
             change, interval = v.change(), v.interval()
             mde = "" if v.mde is None else f"{v.mde * 100:.1f}%"
             thr = f"{v.threshold * 100:g}%"
-        rows.append((v.test.split("::")[-1], v.metric, _MARK[v.kind], change, interval, mde, thr,
-                     "" if p is None else f"{p:.2g}", f"{v.n_baseline}/{v.n_current}", v.note))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    out = []
-    for r in rows:
-        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + ("  " + r[-1] if r[-1] else ""))
-    out.insert(1, "-" * min(160, len(out[0])))
-    counts = {k: sum(v.kind == k for v in verdicts) for k in _MARK}
+        rows.append((v.test.split("::")[-1], v.metric, v.kind.upper() if v.failed else v.kind, change, interval, mde,
+                     thr, "" if p is None else f"{p:.2g}", f"{v.n_baseline}/{v.n_current}", v.note))
+    out = aligned(rows)
+    counts = {k: sum(v.kind == k for v in verdicts) for k in KINDS}
     out.append(", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" of {len(verdicts)} gated metrics")
+    return out
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows (the first is the header) as left-aligned columns under a rule; the last column (a note) unpadded."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + ("  " + r[-1] if r[-1] else "")
+           for r in rows]
+    out.insert(1, "-" * min(160, len(out[0])))
     return out
 
 

@@ -32,11 +32,8 @@ def match(fullname: str, by_full: Mapping[str, list[dict[str, Any]]],
 
 
 def _names(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    seen: dict[str, None] = {}
-    for r in runs:
-        for b in r.get("benchmarks", []):
-            seen.setdefault(b["fullname"], None)
-    return list(seen)
+    """The benchmarks' fullnames, each once, in order of first appearance."""
+    return list(dict.fromkeys(b["fullname"] for r in runs for b in r.get("benchmarks", [])))
 
 
 def compare_runs(baseline_runs: Sequence[Mapping[str, Any]], current_runs: Sequence[Mapping[str, Any]],
@@ -50,10 +47,9 @@ def compare_runs(baseline_runs: Sequence[Mapping[str, Any]], current_runs: Seque
         if not base:
             continue
         cur = c_full[name]
-        for pol in config.policies_for(values.cell_id(cur[-1]), values.short_name(name)):
-            if values.run_value(cur[-1], pol.metric) is None:
-                continue
-            comps.append(estimate(name, pol, base, cur, config))
+        comps += [estimate(name, pol, base, cur, config)
+                  for pol in config.policies_for(values.cell_id(cur[-1]), values.short_name(name))
+                  if values.run_value(cur[-1], pol.metric) is not None]
     return decide_all(comps, config.alpha, config.power, correction)
 
 

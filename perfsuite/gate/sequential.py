@@ -197,21 +197,18 @@ def decide(cs: ConfidenceSequence, tau: float, eps: float, min_pairs: int = 2) -
     """``tau``: regression threshold, ``eps``: equivalence margin, both log-scale (log1p of the relative value)."""
     lo, hi = cs.interval()
     est = cs.estimate() if cs.n else math.nan
-    base = dict(estimate=est, low=lo, high=hi, n=cs.n)
     if cs.n < min_pairs:
-        return SeqDecision("open", **base)  # type: ignore[arg-type]
+        return SeqDecision("open", est, lo, hi, cs.n)
+    kind, note = "open", ""
     if lo > 0 and est > tau:
-        return SeqDecision("regression", **base)  # type: ignore[arg-type]
-    if hi < 0 and est < -tau:
-        return SeqDecision("improvement", **base)  # type: ignore[arg-type]
-    if -eps < lo and hi < eps:
-        note = ""
-        if lo > 0:
-            note = "significantly slower, but by less than the threshold"
-        elif hi < 0:
-            note = "significantly faster, but by less than the threshold"
-        return SeqDecision("unchanged", note=note, **base)  # type: ignore[arg-type]
-    return SeqDecision("open", **base)  # type: ignore[arg-type]
+        kind = "regression"
+    elif hi < 0 and est < -tau:
+        kind = "improvement"
+    elif -eps < lo and hi < eps:
+        kind = "unchanged"
+        if lo > 0 or hi < 0:
+            note = f"significantly {'slower' if lo > 0 else 'faster'}, but by less than the threshold"
+    return SeqDecision(kind, est, lo, hi, cs.n, note)
 
 
 def mde_reached(cs: ConfidenceSequence, power: float = 0.8) -> float:
@@ -235,7 +232,7 @@ def pairs_to_settle(cs: ConfidenceSequence, tau: float, eps: float, cap: int = 1
     half = (hi - lo) / 2
     est = cs.estimate()
     # narrowest half-width that would decide: clear 0 (regression/improvement beyond tau) or fit inside +-eps
-    need = max(abs(est), 0.0) if abs(est) > tau else eps - abs(est)
+    need = abs(est) if abs(est) > tau else eps - abs(est)
     if need <= 0 or half <= 0:
         return None
     n0 = cs.n

@@ -113,17 +113,12 @@ def processes(baseline: Sequence[float], current: Sequence[float]) -> Estimate:
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm step-down adjusted p-values (controls the family-wise error rate, uniformly beats Bonferroni)."""
+    """Holm step-down adjusted p-values (controls the family-wise error rate, uniformly beats Bonferroni): the
+    running maximum of ``min(1, (m - rank) * p)`` in ascending order of p."""
     p = np.asarray(pvalues, dtype=float)
-    m = p.size
-    if m == 0:
-        return []
     order = np.argsort(p, kind="stable")
-    adj = np.empty(m)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        adj[i] = running
+    adj = np.empty(p.size)
+    adj[order] = np.fmax.accumulate(np.fmin(1.0, (p.size - np.arange(p.size)) * p[order]))
     return [float(v) for v in adj]
 
 
@@ -146,11 +141,7 @@ def holm_levels(pvalues: Sequence[float], alpha: float) -> list[float]:
     m = p.size
     order = np.argsort(p, kind="stable")
     levels = [0.0] * m
-    stop = m
-    for rank, i in enumerate(order):
-        if p[i] >= alpha / (m - rank):
-            stop = rank
-            break
+    stop = next((rank for rank, i in enumerate(order) if p[i] >= alpha / (m - rank)), m)
     for rank, i in enumerate(order):
         levels[int(i)] = alpha / (m - min(rank, stop))
     return levels
@@ -174,7 +165,7 @@ def mde(se: float, df: float, alpha: float, power: float, threshold_log: float) 
     """Smallest true log-shift the rule "significant at alpha and estimate > threshold" catches with ``power``."""
     if se <= 0:
         return threshold_log
-    if not (math.isfinite(se) and math.isfinite(df)) and not (math.isfinite(se) and df == math.inf):
+    if not (math.isfinite(se) and (math.isfinite(df) or df == math.inf)):
         return math.inf
     from scipy.optimize import brentq
 

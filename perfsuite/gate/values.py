@@ -36,18 +36,23 @@ def cell_id(bench: Mapping[str, Any]) -> str:
     return str(cell.get("id") or "")
 
 
+def _sample_groups(bench: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The samples of each worker process; old files (no ``processes``) count as one process with the run's."""
+    info = bench.get("extra_info") or {}
+    procs = info.get("processes")
+    if isinstance(procs, list) and procs:
+        return [p.get("samples") or {} for p in procs]
+    return [info.get("samples") or {}]
+
+
 def process_values(bench: Mapping[str, Any], metric: str) -> list[float] | None:
     """One value per worker process for a latency aggregate (``median_tpot_ms`` ...); None for other metrics or
-    when absent. Old files (no ``processes``) count as one process with the run's samples."""
+    when absent."""
     lat = _LAT.match(metric)
     if not lat:
         return None
-    info = bench.get("extra_info") or {}
-    procs = info.get("processes")
-    groups = [p.get("samples") or {} for p in procs] if isinstance(procs, list) and procs else \
-        [info.get("samples") or {}]
     out = []
-    for g in groups:
+    for g in _sample_groups(bench):
         units = g.get(f"{lat.group(2)}_ms")
         if not isinstance(units, list) or not units:
             return None
@@ -65,12 +70,9 @@ def nonfinite(bench: Mapping[str, Any], metric: str) -> str:
     """Why this entry's values of ``metric`` cannot be used ("non-finite value(s) ..."), or "" when they can: a NaN
     or an infinity among the samples behind a latency aggregate, or a non-finite scalar."""
     lat = _LAT.match(metric)
-    info = bench.get("extra_info") or {}
     if lat:
         key = f"{lat.group(2)}_ms"
-        procs = info.get("processes")
-        groups = [p.get("samples") or {} for p in procs] if isinstance(procs, list) and procs else \
-            [info.get("samples") or {}]
+        groups = _sample_groups(bench)
         bad = [sum(not _finite(u) for u in g.get(key) or []) for g in groups]
         if any(bad):
             return (f"non-finite value(s) in its {key} samples ({sum(bad)} in {sum(n > 0 for n in bad)} of "
@@ -103,14 +105,13 @@ def run_value(bench: Mapping[str, Any], metric: str) -> float | None:
     pv = process_values(bench, metric)
     if pv is not None:
         return math.exp(trimmed_log_mean(pv))
-    info = bench.get("extra_info") or {}
     m = _STATS.match(metric)
     if m:
         v = (bench.get("stats") or {}).get(m.group(1))
         return float(v) if isinstance(v, (int, float)) else None
     if _LAT.match(metric):
         return None
-    v = info.get(metric)
+    v = (bench.get("extra_info") or {}).get(metric)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -132,18 +133,10 @@ def within_run_var(bench: Mapping[str, Any], metric: str) -> float | None:
     return float(np.var(x, ddof=1) / (n * (1 - 2 * k / n) ** 2))
 
 
-def measured_by(bench: Mapping[str, Any]) -> dict[str, Any]:
-    return dict((bench.get("extra_info") or {}).get("measured_by") or {})
-
-
 def mismatch(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
     """How the two were measured differently (``["generations 20 vs 5", ...]``); empty when comparable."""
-    cur, base = measured_by(current), measured_by(baseline)
+    cur, base = ((b.get("extra_info") or {}).get("measured_by") or {} for b in (current, baseline))
     if not base and cur:
         return ["baseline recorded before process replication (no measured_by)"]
-    out = []
-    for k in COMPARABLE:
-        if k in cur or k in base:
-            if cur.get(k) != base.get(k):
-                out.append(f"{k} {cur.get(k)} vs {base.get(k)}")
+    out = [f"{k} {cur.get(k)} vs {base.get(k)}" for k in COMPARABLE if cur.get(k) != base.get(k)]
     return out + model_identity.mismatch(current, baseline)  # measured_by["model"]: which model was measured
