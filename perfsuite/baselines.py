@@ -30,21 +30,21 @@ def list_runs(directory: Path) -> list[Path]:
     return sorted((p for p in directory.iterdir() if _NAME.match(p.name)), key=lambda p: p.name)
 
 
-ROLES = ("baseline", "current")
+# role -> (what the file is called, how to mend a broken one, how to write one)
+_ROLES = {
+    "baseline": ("baseline", "restore it with `git checkout -- <file>` or re-record with --perf-update-baselines",
+                 "record baselines with `pytest --perf-update-baselines`"),
+    "current": ("current run", "re-run the benchmarks to write it again (pytest --benchmark-json=FILE)",
+                "write current runs with perfsuite's pytest plugin loaded (pytest --benchmark-json=FILE)"),
+}
 
 
 def read_run(path: Path, runner_class: str | None = None, role: str = "baseline") -> dict[str, Any]:
     """A validated run file. ``role`` names it in messages: ``baseline`` (a stored run, the default) or ``current``
     (a run being compared, e.g. ``perfsuite compare``'s second argument), whose fix is to re-run, not to restore."""
-    if role not in ROLES:
-        raise ValueError(f"role {role!r}: use one of {', '.join(ROLES)}")
-    what = "baseline" if role == "baseline" else "current run"
-    if role == "baseline":
-        fix = "restore it with `git checkout -- <file>` or re-record with --perf-update-baselines"
-        record = "record baselines with `pytest --perf-update-baselines`"
-    else:
-        fix = "re-run the benchmarks to write it again (pytest --benchmark-json=FILE)"
-        record = "write current runs with perfsuite's pytest plugin loaded (pytest --benchmark-json=FILE)"
+    if role not in _ROLES:
+        raise ValueError(f"role {role!r}: use one of {', '.join(_ROLES)}")
+    what, fix, record = _ROLES[role]
     try:
         data = json.loads(Path(path).read_text(encoding="utf8"))
     except FileNotFoundError as exc:
@@ -134,11 +134,6 @@ def _umask() -> int:
     return mask
 
 
-def _file_mode() -> int:
-    """What ``open()`` gives a new file, 0666 less the umask (0644 under the usual 022); mkstemp gives 0600."""
-    return 0o666 & ~_umask()
-
-
 def write_run(directory: Path, data: dict[str, Any], tag: str, *, baselines_dir: Path | None = None) -> Path:
     """Add one run file atomically; never overwrites. Returns the new path.
 
@@ -159,7 +154,7 @@ def write_run(directory: Path, data: dict[str, Any], tag: str, *, baselines_dir:
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
-            os.fchmod(fh.fileno(), _file_mode())
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # what open() gives a new file; mkstemp gives 0600
             os.fsync(fh.fileno())
         for _ in range(100):
             runs = list_runs(directory)

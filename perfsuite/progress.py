@@ -15,23 +15,20 @@ class Progress:
         self._last = 0.0
         self._width = 0
 
-    def update(self, text: str, *, force: bool = False) -> None:
+    def update(self, text: str) -> None:
         now = time.monotonic()
-        if not force and not self.tty and now - self._last < self.min_interval_s:
+        if not self.tty and now - self._last < self.min_interval_s:
             return
         self._last = now
         if self.tty:
-            pad = max(self._width - len(text), 0)
-            self.stream.write("\r" + text + " " * pad)
+            self.stream.write("\r" + text + " " * (self._width - len(text)))  # blanks the rest of a longer line
             self._width = len(text)
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
 
-    def done(self, text: str = "") -> None:
+    def done(self) -> None:
         if self.tty and self._width:
             self.stream.write("\r" + " " * self._width + "\r")
             self._width = 0
-        if text:
-            self.stream.write(text + "\n")
         self.stream.flush()

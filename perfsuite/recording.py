@@ -22,10 +22,7 @@ def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool) -> boo
         if exitstatus != 0 or testsfailed:
             ps.notes.append(f"perfsuite: run did not pass (exit status {exitstatus}); no baseline written")
             return True
-        if not tmp.is_file():
-            ps.notes.append("perfsuite: no benchmark ran; no baseline written")
-            return True
-        data = json.loads(tmp.read_text())
+        data = json.loads(tmp.read_text()) if tmp.is_file() else {}
         if not data.get("benchmarks"):
             ps.notes.append("perfsuite: no benchmark ran; no baseline written")
             return True

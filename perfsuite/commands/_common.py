@@ -51,8 +51,6 @@ def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -
 
 def thread_mode(text: str) -> str:
     """argparse type of ``--threads``: auto | cell | a thread count (perfsuite.cotenant)."""
-    import argparse
-
     from perfsuite import cotenant
 
     try:

@@ -50,12 +50,8 @@ def _baselines_dir(given: str | None) -> Path:
         return Path(given)
     from perfsuite import config as cfg
 
-    start = Path.cwd()
-    pyproject = cfg.find_pyproject(start)
-    if pyproject is None:
-        return start / "baselines"
-    try:
-        return cfg.load(pyproject, start).baselines_dir
+    try:  # no [tool.perfsuite]: the built-in default, ./baselines
+        return cfg.load(cfg.find_pyproject(Path.cwd()), Path.cwd()).baselines_dir
     except cfg.ConfigError as exc:
         raise UsageError(str(exc)) from None
 
@@ -129,17 +125,13 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
         return None
 
 
-def _tracked(path: Path) -> bool:
-    res = _git(path.parent, "ls-files", "--", path.name)
-    return res is not None and res.returncode == 0 and bool(res.stdout.strip())
-
-
 def apply(move: Move) -> str:
     """Make one move, never over an existing path; returns how (``git mv`` or ``rename``)."""
     if move.dst.exists():
         raise UsageError(f"{move.dst} appeared while migrating; {move.src} was left where it is")
     move.dst.parent.mkdir(parents=True, exist_ok=True)
-    if _tracked(move.src):
+    tracked = _git(move.src.parent, "ls-files", "--", move.src.name)
+    if tracked is not None and tracked.returncode == 0 and tracked.stdout.strip():
         res = _git(move.src.parent, "mv", "--", move.src.name, str(move.dst.resolve()))
         if res is None or res.returncode != 0:
             raise UsageError(f"git mv {move.src} {move.dst} failed: {(res.stderr if res else 'no git').strip()}")

@@ -26,37 +26,32 @@ from perfsuite.commands._common import add_command, check_locations
 from perfsuite.errors import UsageError
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _action(hs: Any, name: str, help_: str, filters: bool = False) -> argparse.ArgumentParser:
+    """An action's parser with the options every action takes (and, with ``filters``, the series filters)."""
+    p: argparse.ArgumentParser = hs.add_parser(name, help=help_)
     p.add_argument("--db", default=None, help="history database file (default: see `perfsuite history -h`)")
     p.add_argument("--lock-timeout", type=float, default=10.0, help="seconds to wait for a lock (default 10)")
-
-
-def _filters(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runner-class", default=None, help="only this runner class")
-    p.add_argument("--cell", default=None, help="only this cell id")
-    p.add_argument("--metric", default=None, choices=("ttft", "tpot", "e2el"), help="only this test metric")
+    if filters:
+        p.add_argument("--runner-class", default=None, help="only this runner class")
+        p.add_argument("--cell", default=None, help="only this cell id")
+        p.add_argument("--metric", default=None, choices=("ttft", "tpot", "e2el"), help="only this test metric")
+    return p
 
 
 def register(sub: Any) -> None:
     p = add_command(sub, "history", "run history (SQLite): ingest, show, export, change points", __doc__, main)
     hs = p.add_subparsers(dest="history_command", metavar="ACTION")
-    ing = hs.add_parser("ingest", help="add run files (pytest-benchmark JSON, `perfsuite ab --json`); idempotent")
-    _common(ing)
+    ing = _action(hs, "ingest", "add run files (pytest-benchmark JSON, `perfsuite ab --json`); idempotent")
     ing.add_argument("paths", nargs="+", type=Path, help="files, or folders searched for *.json")
     ing.add_argument("--runner-class", default=None,
                      help="refuse files of any other runner class (and pin a new database to this class)")
-    show = hs.add_parser("show", help="runs and series in the database")
-    _common(show)
-    _filters(show)
+    show = _action(hs, "show", "runs and series in the database", filters=True)
     show.add_argument("--runs", type=int, default=20, help="newest runs to list (default 20)")
-    exp = hs.add_parser("export", help="every point with its run's facts, as CSV or JSON lines")
-    _common(exp)
+    exp = _action(hs, "export", "every point with its run's facts, as CSV or JSON lines")
     exp.add_argument("--runner-class", default=None)
     exp.add_argument("--format", choices=("csv", "jsonl"), default="csv")
     exp.add_argument("--out", type=Path, default=None, help="file (default: stdout)")
-    cp = hs.add_parser("changepoints", help="E-divisive change points of each series, with the A/B to confirm")
-    _common(cp)
-    _filters(cp)
+    cp = _action(hs, "changepoints", "E-divisive change points of each series, with the A/B to confirm", filters=True)
     cp.add_argument("--name", action="append", default=None,
                     help="value names to analyse (repeatable; default: each test's median_{ttft,tpot,e2el}_ms)")
     cp.add_argument("--max-pvalue", type=float, default=cpd.DEFAULT_MAX_PVALUE,
@@ -72,15 +67,15 @@ def register(sub: Any) -> None:
     cp.add_argument("--fail-on-regression", action="store_true", help="exit 1 if a reported change is a regression")
     cp.add_argument("--budget", default="5m", help="--budget of the suggested `perfsuite ab` (default 5m)")
     cp.add_argument("--json", type=Path, default=None, help="also write the findings here")
-    mig = hs.add_parser("migrate", help="bring an older database to this perfsuite's schema")
-    _common(mig)
+    _action(hs, "migrate", "bring an older database to this perfsuite's schema")
     p.set_defaults(history_parser=p)
 
 
-def _open(args: argparse.Namespace, readonly: bool) -> Any:
+def _open(args: argparse.Namespace, readonly: bool, create: bool = True) -> Any:
     from perfsuite import history
 
-    return history.open_history(history.resolve_db(args.db), readonly=readonly, lock_timeout_s=args.lock_timeout)
+    return history.open_history(history.resolve_db(args.db), readonly=readonly, create=create,
+                                lock_timeout_s=args.lock_timeout)
 
 
 def _expand(paths: list[Path]) -> list[Path]:
@@ -107,11 +102,10 @@ def main(args: argparse.Namespace) -> int:
     if action == "ingest":
         return _ingest(args)
     if action == "migrate":
-        from perfsuite import history
+        from perfsuite.history import SCHEMA_VERSION
 
-        path = history.resolve_db(args.db)
-        with history.open_history(path, create=False, lock_timeout_s=args.lock_timeout) as db:
-            print(f"{db.path}: schema {history.SCHEMA_VERSION}")
+        with _open(args, readonly=False, create=False) as db:
+            print(f"{db.path}: schema {SCHEMA_VERSION}")
         return 0
     with _open(args, readonly=True) as db:
         if action == "show":
@@ -175,8 +169,7 @@ def _export(db: Any, args: argparse.Namespace) -> int:
         w.writeheader()
         w.writerows(rows)
     else:
-        for r in rows:
-            buf.write(json.dumps(r, sort_keys=True) + "\n")
+        buf.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
     if args.out:
         args.out.write_text(buf.getvalue())
         print(f"wrote {len(rows)} points to {args.out}", file=sys.stderr)

@@ -41,10 +41,9 @@ def main(args: argparse.Namespace) -> int:
 def _run(root: Path, args: argparse.Namespace, out: Path) -> int:
     cmd = [sys.executable, "-m", "pytest", str(root / "tests" / "perf"), "-q", f"--benchmark-json={out}",
            f"--perf-device={args.device}"]
-    for flag, value in (("--perf-profile", args.profile), ("--perf-backend", args.backend),
-                        ("--perf-model", args.model), ("--perf-runner-class", args.runner_class)):
-        if value:
-            cmd.append(f"{flag}={value}")
+    flags = (("--perf-profile", args.profile), ("--perf-backend", args.backend), ("--perf-model", args.model),
+             ("--perf-runner-class", args.runner_class))
+    cmd += [f"{flag}={value}" for flag, value in flags if value]
     if args.update_baselines:
         cmd.append("--perf-update-baselines")
     rc_name, base_dir = _baseline_dir(root, args)
@@ -161,11 +160,9 @@ def roofline_notes(current: dict[str, Any]) -> list[str]:
 def footnotes(current: dict[str, Any], base: dict[str, Any] | None, runner_class_name: str | None,
               base_dir: Path | None, args: argparse.Namespace, legacy: Path | None = None) -> list[str]:
     """Why a Δ column shows "—", and the command that fixes it (``legacy``: this machine's old-style folder)."""
-    record = "perfsuite run --update-baselines" + "".join(
-        f" {flag} {v}" for flag, v in (("--profile", args.profile), ("--backend", args.backend),
-                                       ("--model", args.model), ("--device", args.device if args.device != "cpu"
-                                                                 else None),
-                                       ("--runner-class", args.runner_class)) if v)
+    flags = (("--profile", args.profile), ("--backend", args.backend), ("--model", args.model),
+             ("--device", None if args.device == "cpu" else args.device), ("--runner-class", args.runner_class))
+    record = "perfsuite run --update-baselines" + "".join(f" {flag} {v}" for flag, v in flags if v)
     if base is None and legacy is not None and runner_class_name:
         return [f"Δ: — because {baselines.legacy_message(legacy, runner_class_name)}."]
     if base is None:

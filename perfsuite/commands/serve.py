@@ -136,43 +136,31 @@ def main(args: argparse.Namespace) -> int:
 def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slos: dict[str, float] | None,
         vocab: int, cache: Path, abort: Any = None, client_cpus: list[int] | None = None) -> dict[str, Any]:
     from perfsuite.serve.point import SCHEMA, run_point
+    from perfsuite.serve.table import summary
 
-    out: dict[str, Any] = {"schema": SCHEMA, "base_url": base_url, "model": model, "points": []}
-    if args.sweep:
-        from dataclasses import replace
-
-        from perfsuite.serve.sweep import parse_rates, sweep
-
-        try:
-            rates = parse_rates(args.sweep)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        if pts[0].load.mode == "closed":
-            raise UsageError("--sweep takes an open-loop --load (poisson, constant or gamma), not closed")
-
-        def one(rate: float) -> dict[str, Any]:
-            p = replace(pts[0], load=replace(pts[0].load, rate=rate))
-            r = run_point(base_url, model, p, vocab_size=vocab, cache_dir=cache, slos_ms=slos,
-                          max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout,
-                          client_cpus=client_cpus)
-            print(_summary(r), file=sys.stderr)
-            return r
-
-        sw = sweep(one, rates)
-        out["points"] = sw.pop("points")
-        out["sweep"] = sw
-        print(f"perfsuite serve: sweep stopped {sw['stopped']}; knee {sw['knee_rate']} req/s", file=sys.stderr)
-        return out
-    for p in pts:
+    def one(p: Any) -> dict[str, Any]:
         r = run_point(base_url, model, p, vocab_size=vocab, cache_dir=cache, slos_ms=slos,
                       max_failed_fraction=args.max_failed_fraction, abort=abort, timeout_s=args.timeout,
                       client_cpus=client_cpus)
-        out["points"].append(r)
-        print(_summary(r), file=sys.stderr)
+        print(summary(r), file=sys.stderr)
+        return r
+
+    out: dict[str, Any] = {"schema": SCHEMA, "base_url": base_url, "model": model, "points": []}
+    if not args.sweep:
+        out["points"] = [one(p) for p in pts]
+        return out
+    from dataclasses import replace
+
+    from perfsuite.serve.sweep import parse_rates, sweep
+
+    try:
+        rates = parse_rates(args.sweep)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if pts[0].load.mode == "closed":
+        raise UsageError("--sweep takes an open-loop --load (poisson, constant or gamma), not closed")
+    sw = sweep(lambda rate: one(replace(pts[0], load=replace(pts[0].load, rate=rate))), rates)
+    out["points"] = sw.pop("points")
+    out["sweep"] = sw
+    print(f"perfsuite serve: sweep stopped {sw['stopped']}; knee {sw['knee_rate']} req/s", file=sys.stderr)
     return out
-
-
-def _summary(r: dict[str, Any]) -> str:
-    from perfsuite.serve.table import summary
-
-    return summary(r)

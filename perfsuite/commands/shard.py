@@ -28,10 +28,10 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=("k", "ids", "json"), default="k")
 
 
-def cell_ids(profile: str, device: str, backends: str | None, models: str | None, start: Path | None = None) -> list[str]:
+def cell_ids(profile: str, device: str, backends: str | None, models: str | None) -> list[str]:
     from perfsuite import config
 
-    root = start or Path.cwd()
+    root = Path.cwd()
     try:
         cfg = config.load(config.find_pyproject(root), root)
         settings = config.resolve(cfg, profile=profile, device=device, backends=backends, models=models,

@@ -81,10 +81,6 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def canonical_sha256(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def _utc(text: Any, path: Path) -> str:
     if not isinstance(text, str):
         raise HistoryError(f"{path}: no 'datetime' (when the run happened); {_FIX}")
@@ -97,27 +93,40 @@ def _utc(text: Any, path: Path) -> str:
     return t.astimezone(dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+def _measured(values: Mapping[str, Any], dropped: Counter[str], where: str = "") -> dict[str, float]:
+    """The finite numeric measurements of ``values`` (vLLM's names); non-finite ones are counted in ``dropped``."""
+    out = {}
+    for k, v in values.items():
+        if vocabulary.is_measurement(k):
+            dropped[where + k] += _nonfinite(v)
+            f = _num(v)
+            if f is not None:
+                out[k] = f
+    return out
+
+
+def _samples(samples: Mapping[str, Any], dropped: Counter[str], where: str) -> dict[str, list[float]]:
+    """The finite numbers of each list of ``samples``; non-finite ones are counted in ``dropped``."""
+    out = {}
+    for k, vals in samples.items():
+        if isinstance(vals, list):
+            dropped[where + k] += sum(map(_nonfinite, vals))
+            out[k] = [x for x in map(_num, vals) if x is not None]
+    return out
+
+
 def _process_points(processes: Any, dropped: Counter[str]) -> list[tuple[str, int, float]]:
     out: list[tuple[str, int, float]] = []
-    if not isinstance(processes, list):
-        return out
-    for i, proc in enumerate(processes):
+    for i, proc in enumerate(processes if isinstance(processes, list) else []):
         if not isinstance(proc, Mapping):
             continue
-        names = set()
-        for k, v in proc.items():
-            f = _num(v)
-            dropped[f"processes[].{k}"] += _nonfinite(v) and vocabulary.is_measurement(k)
-            if f is not None and vocabulary.is_measurement(k):
-                out.append((k, i, f))
-                names.add(k)
+        values = _measured(proc, dropped, "processes[].")
+        out += [(k, i, f) for k, f in values.items()]
         samples = proc.get("samples")
         if isinstance(samples, Mapping):
-            for k, vals in samples.items():
-                dropped[f"processes[].samples.{k}"] += sum(map(_nonfinite, vals)) if isinstance(vals, list) else 0
-                xs = [x for x in (_num(v) for v in vals) if x is not None] if isinstance(vals, list) else []
+            for k, xs in _samples(samples, dropped, "processes[].samples.").items():
                 name = f"median_{k}"
-                if xs and name not in names and vocabulary.is_measurement(name):
+                if xs and name not in values and vocabulary.is_measurement(name):
                     out.append((name, i, statistics.median(xs)))
     return out
 
@@ -140,9 +149,7 @@ def _parse_run(path: Path, data: dict[str, Any], sha: str, runner_class: str | N
     machine = {k: v for k, v in meta.items() if not k.endswith("_version")}
     if rc != recorded:
         machine["runner_class"], machine["runner_class_recorded"] = rc, recorded
-    for k in ("node", "machine", "system", "release"):
-        if mi.get(k):
-            machine[k] = mi[k]
+    machine.update({k: mi[k] for k in ("node", "machine", "system", "release") if mi.get(k)})
     if isinstance(mi.get("cpu"), Mapping) and mi["cpu"].get("brand_raw"):
         machine["cpu_brand"] = mi["cpu"]["brand_raw"]
     p = Parsed(path, "run", sha, rc, _utc(data.get("datetime"), path), profile=meta.get("profile"),
@@ -161,13 +168,8 @@ def _parse_run(path: Path, data: dict[str, Any], sha: str, runner_class: str | N
         r = Result(str(b.get("name") or b["fullname"]), cell_id, str(info.get("metric") or b.get("group") or ""),
                    dict(cell), info.get("samples") if isinstance(info.get("samples"), Mapping) else None,
                    info.get("measured_by"))
-        for k, v in info.items():
-            f = _num(v)
-            p.dropped[k] += _nonfinite(v) and vocabulary.is_measurement(k)
-            if f is not None and vocabulary.is_measurement(k):
-                r.points.append((k, -1, f))
-        for k, vals in (r.samples or {}).items():
-            p.dropped[f"samples.{k}"] += sum(map(_nonfinite, vals)) if isinstance(vals, list) else 0
+        r.points = [(k, -1, f) for k, f in _measured(info, p.dropped).items()]
+        _samples(r.samples or {}, p.dropped, "samples.")  # counts their non-finite values only
         r.points += _process_points(info.get("processes"), p.dropped)
         p.results.append(r)
     return p
@@ -187,11 +189,9 @@ def _parse_ab(path: Path, data: Any, sha: str, runner_class: str | None) -> Pars
     when = doc.get("datetime") or doc.get("finished") or doc.get("started")
     mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
     run_time = _utc(when, path) if when else mtime.isoformat(timespec="microseconds")
-    p = Parsed(path, "ab", sha, rc, run_time, profile=doc.get("profile"),
-               commit_id=b.get("commit") or doc.get("commit"), payload=json.dumps(doc, sort_keys=True))
-    for v in verdicts:
-        p.verdicts.append(dict(v))
-    return p
+    return Parsed(path, "ab", sha, rc, run_time, profile=doc.get("profile"),
+                  commit_id=b.get("commit") or doc.get("commit"), verdicts=[dict(v) for v in verdicts],
+                  payload=json.dumps(doc, sort_keys=True))
 
 
 def parse_file(path: Path, runner_class: str | None = None, *, fallback_runner_class: str | None = None) -> Parsed:
@@ -206,7 +206,7 @@ def parse_file(path: Path, runner_class: str | None = None, *, fallback_runner_c
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HistoryError(f"{path}: corrupt (not valid JSON: {exc}); {_FIX}") from None
-    sha = canonical_sha256(data)
+    sha = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()  # canonical
     if isinstance(data, Mapping) and isinstance(data.get("benchmarks"), list):
         try:
             baselines.read_run(path)  # the same checks as a baseline: perfsuite's schema, not newer, well formed

@@ -168,37 +168,24 @@ def analyse(db: History, *, runner_class: str | None = None, cell: str | None = 
     return findings, notes
 
 
-def _where_runner_class(sql: str, table: str, runner_class: str | None) -> tuple[str, tuple[Any, ...]]:
-    """``sql`` limited to one runner class when one is given."""
-    if not runner_class:
-        return sql, ()
-    return sql + f" WHERE {table}.runner_class = ?", (runner_class,)
-
-
 def runs(db: History, *, runner_class: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
     sql = ("SELECT r.id, r.kind, r.runner_class, r.profile, r.commit_id, r.run_time, r.source, "
            "(SELECT count(*) FROM results s WHERE s.run_id = r.id) AS results, "
            "(SELECT count(*) FROM ab_verdicts v WHERE v.run_id = r.id) AS verdicts FROM runs r")
-    sql, params = _where_runner_class(sql, "r", runner_class)
+    sql += " WHERE r.runner_class = ?" if runner_class else ""
     sql += " ORDER BY r.run_time DESC, r.id DESC"
     if last:
         sql += f" LIMIT {int(last)}"
-    return [dict(r) for r in reversed(db.query(sql, params))]
+    return [dict(r) for r in reversed(db.query(sql, (runner_class,) if runner_class else ()))]
 
 
 def ab_verdicts(db: History, *, last_runs: int = 1) -> list[dict[str, Any]]:
     """The verdicts of the newest ``last_runs`` A/B results, with the run they came from."""
-    ids = [r[0] for r in db.query("SELECT id FROM runs WHERE kind = 'ab' ORDER BY run_time DESC, id DESC LIMIT ?",
-                                  (last_runs,))]
-    out = []
-    for rid in ids:
-        for r in db.query("SELECT v.*, r.run_time, r.commit_id, r.payload AS doc FROM ab_verdicts v JOIN runs r ON "
-                          "r.id = v.run_id WHERE v.run_id = ? ORDER BY v.position", (rid,)):
-            d = dict(r)
-            d["payload"] = json.loads(d["payload"])
-            d["doc"] = json.loads(d["doc"]) if d["doc"] else {}
-            out.append(d)
-    return out
+    rows = db.query("SELECT v.*, r.run_time, r.commit_id, r.payload AS doc FROM ab_verdicts v JOIN runs r ON "
+                    "r.id = v.run_id WHERE r.id IN (SELECT id FROM runs WHERE kind = 'ab' ORDER BY run_time DESC, "
+                    "id DESC LIMIT ?) ORDER BY r.run_time DESC, r.id DESC, v.position", (last_runs,))
+    return [{**dict(r), "payload": json.loads(r["payload"]), "doc": json.loads(r["doc"]) if r["doc"] else {}}
+            for r in rows]
 
 
 def export_rows(db: History, *, runner_class: str | None = None) -> list[dict[str, Any]]:
@@ -206,6 +193,6 @@ def export_rows(db: History, *, runner_class: str | None = None) -> list[dict[st
     sql = ("SELECT s.runner_class, s.cell_id, s.metric, s.name, p.process, p.value, r.run_time, r.commit_id, "
            "r.profile, r.kind, r.sha256, r.versions FROM points p JOIN runs r ON r.id = p.run_id "
            "JOIN series s ON s.id = p.series")
-    sql, params = _where_runner_class(sql, "s", runner_class)
+    sql += " WHERE s.runner_class = ?" if runner_class else ""
     sql += " ORDER BY s.runner_class, s.cell_id, s.metric, s.name, p.run_time, p.run_id, p.process"
-    return [dict(r) for r in db.query(sql, params)]
+    return [dict(r) for r in db.query(sql, (runner_class,) if runner_class else ())]

@@ -13,7 +13,7 @@ from typing import Any
 from perfsuite import changepoint as cpd
 from perfsuite.errors import UsageError
 from perfsuite.history import History, HistoryError, parse_file, query
-from perfsuite.history.ingest import Parsed
+from perfsuite.history.ingest import Parsed, Result
 from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, pct
 
 
@@ -52,10 +52,6 @@ class ReportData:
                 "ab": [{k: v for k, v in a.items() if k != "doc"} for a in self.ab], "ops_delta": self.ops_delta}
 
 
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
 def _latest_rows(parsed: list[Parsed], db: History | None, baseline_points: int = 10) -> list[dict[str, Any]]:
     """Per cell of the latest runs: headline values, efficiency, and the change against the history's median."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -70,7 +66,7 @@ def _latest_rows(parsed: list[Parsed], db: History | None, baseline_points: int 
                 if db is not None:
                     key = query.SeriesKey(p.runner_class, r.cell_id, r.metric, want)
                     hist = [pt.value for pt in query.points(db, key) if pt.run_time < p.run_time][-baseline_points:]
-                    ref = _median(hist)
+                    ref = statistics.median(hist) if hist else None
                     if ref:
                         row[f"delta_{want}"] = vals[want] / ref - 1
                         row[f"history_points_{want}"] = len(hist)
@@ -103,8 +99,6 @@ def _newest_runs(db: History) -> list[Parsed]:
         run = db.query("SELECT * FROM runs WHERE kind = 'run' AND runner_class = ? ORDER BY run_time DESC, id DESC "
                        "LIMIT 1", (rc,))[0]
         p = Parsed(Path(run["source"] or "?"), "run", run["sha256"], rc, run["run_time"], commit_id=run["commit_id"])
-        from perfsuite.history.ingest import Result
-
         for res in db.query("SELECT s.*, c.cell_id FROM results s JOIN cells c ON c.id = s.cell WHERE s.run_id = ?",
                             (run["id"],)):
             r = Result(res["test"], res["cell_id"], res["metric"], {}, None, None)
@@ -119,9 +113,9 @@ def _newest_runs(db: History) -> list[Parsed]:
 def _ab_from_files(paths: list[Path]) -> list[dict[str, Any]]:
     out = []
     for path in paths:
-        p = parse_file(path, fallback_runner_class="?") if path.exists() else None
-        if p is None:
+        if not path.exists():
             raise UsageError(f"{path}: no such A/B result file")
+        p = parse_file(path, fallback_runner_class="?")
         if p.kind != "ab":
             raise UsageError(f"{path}: a benchmark run, not an A/B result; pass it with --run")
         doc = json.loads(p.payload or "{}")
@@ -191,8 +185,8 @@ def collect(db: History | None, *, runs: list[Path], ab: list[Path], ops: Path |
         keys = query.primary_keys(db)
         # series with a change first (newest change first), then the rest, up to max_series plots
         keys.sort(key=lambda k: (k not in by_key, -max((-f.since for f in by_key.get(k, [])), default=0), k))
-        for k in keys[:max_series]:
-            data.series.append(SeriesView(k, query.points(db, k, last=d["window"]), by_key.get(k, [])))
+        data.series = [SeriesView(k, query.points(db, k, last=d["window"]), by_key.get(k, []))
+                       for k in keys[:max_series]]
         if len(keys) > max_series:
             data.notes.append(f"{len(keys) - max_series} more series not plotted (--max-plots {max_series})")
         if not parsed:
@@ -227,3 +221,11 @@ def tokens_per_s(row: dict[str, Any], key: str = "tokens_per_s") -> str:
     throughput and the figure counts decode steps only."""
     text = num_cell(row.get(key), ".0f")
     return f"{text} (decode)" if row.get("tokens_per_s_kind") == "decode" and key in row else text
+
+
+def latest_cells(row: dict[str, Any]) -> list[str]:
+    """A latest-run row's values, the columns both tables show after the runner class and the cell."""
+    mem = row.get("peak_bytes")
+    return [num_cell(row.get("median_ttft_ms")), pct_cell(row.get("delta_median_ttft_ms")),
+            num_cell(row.get("median_tpot_ms")), pct_cell(row.get("delta_median_tpot_ms")), tokens_per_s(row),
+            num_cell(mem / 2**20 if mem else None, ".0f"), tokens_per_s(row, "tokens_per_s_per_gib")]

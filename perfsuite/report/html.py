@@ -5,8 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from perfsuite.report import plots
-from perfsuite.report.data import ReportData, tokens_per_s
-from perfsuite.report.data import num_cell as _num
+from perfsuite.report.data import ReportData, latest_cells
 from perfsuite.report.data import pct_cell as _pct
 
 CSS = """
@@ -87,14 +86,7 @@ def render(d: ReportData) -> str:
     if d.latest:
         parts.append('<h2 id="latest">Latest run: latency and efficiency</h2><p class="muted">Δ against the median '
                      "of the previous (up to 10) runs of the same series.</p>")
-        rows = []
-        for r in d.latest:
-            mem = r.get("peak_bytes")
-            rows.append([escape(r["runner_class"]), f"<code>{escape(r['cell_id'])}</code>",
-                         _num(r.get("median_ttft_ms")), _pct(r.get("delta_median_ttft_ms")),
-                         _num(r.get("median_tpot_ms")), _pct(r.get("delta_median_tpot_ms")),
-                         tokens_per_s(r),
-                         _num(mem / 2**20 if mem else None, ".0f"), tokens_per_s(r, "tokens_per_s_per_gib")])
+        rows = [[escape(r["runner_class"]), f"<code>{escape(r['cell_id'])}</code>", *latest_cells(r)] for r in d.latest]
         parts.append(_table(["runner class", "cell", "TTFT p50 ms", "Δ", "TPOT p50 ms", "Δ", "tokens/s", "peak MiB",
                              "tokens/s per GiB"], rows))
 

@@ -3,8 +3,7 @@ we stay far below by listing what needs attention first and cutting long tables)
 
 from __future__ import annotations
 
-from perfsuite.report.data import ReportData, tokens_per_s
-from perfsuite.report.data import num_cell as _num
+from perfsuite.report.data import ReportData, latest_cells
 from perfsuite.report.data import pct_cell as _pct
 
 MAX_ROWS = 40
@@ -73,11 +72,7 @@ def render(d: ReportData) -> str:
                 "| runner class | cell | TTFT p50 ms | Δ | TPOT p50 ms | Δ | tokens/s | peak MiB | tokens/s per GiB |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for r in d.latest[:MAX_ROWS]:
-            mem = r.get("peak_bytes")
-            out.append(f"| {r['runner_class']} | `{r['cell_id']}` | {_num(r.get('median_ttft_ms'))} | "
-                       f"{_pct(r.get('delta_median_ttft_ms'))} | {_num(r.get('median_tpot_ms'))} | "
-                       f"{_pct(r.get('delta_median_tpot_ms'))} | {tokens_per_s(r)} | "
-                       f"{_num(mem / 2**20 if mem else None, '.0f')} | {tokens_per_s(r, 'tokens_per_s_per_gib')} |")
+            out.append(f"| {r['runner_class']} | `{r['cell_id']}` | {' | '.join(latest_cells(r))} |")
         _cut(out, len(d.latest), "cells")
         out.append("")
 

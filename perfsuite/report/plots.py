@@ -25,11 +25,9 @@ def _svg(fig: Any) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
-    text = buf.getvalue()
-    text = re.sub(r"^<\?xml[^>]*>\s*", "", text)
+    text = re.sub(r"^<\?xml[^>]*>\s*", "", buf.getvalue())
     text = re.sub(r"^<!DOCTYPE[^>]*>\s*", "", text)
-    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)  # RDF boilerplate, nothing to show
-    return text
+    return re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)  # RDF boilerplate, nothing to show
 
 
 def series(values: Sequence[float], labels: Sequence[str], changes: Sequence[tuple[int, float, float, bool]],
@@ -112,7 +110,6 @@ def ops_matrix(ops: dict[str, Any]) -> str | None:
     cols = sorted({f"{c['backend']}/{c['dtype']}" for c in cells})
     rows = sorted({(c["op"], c["shape_class"]) for c in cells})
     status = {((c["op"], c["shape_class"]), f"{c['backend']}/{c['dtype']}"): c["worst"] for c in cells}
-    names = list(STATUS_COLOURS)
     fig, ax = plt.subplots(figsize=(1.2 + 0.75 * len(cols), 0.5 + 0.17 * len(rows)))
     for i, r in enumerate(rows):
         for j, c in enumerate(cols):
@@ -127,7 +124,7 @@ def ops_matrix(ops: dict[str, Any]) -> str | None:
     ax.tick_params(length=0)
     for side in ("left", "bottom"):
         ax.spines[side].set_visible(False)
-    present = [n for n in names if any(v == n for v in status.values())]
+    present = [n for n in STATUS_COLOURS if n in status.values()]
     handles = [plt.Rectangle((0, 0), 1, 1, color=STATUS_COLOURS[n]) for n in present]
     ax.legend(handles, present, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7, frameon=False)
     ax.set_title("Operator coverage (worst status of the examples)", fontsize=9, loc="left")
