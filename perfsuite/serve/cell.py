@@ -13,15 +13,17 @@ import random
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite.cells import DTYPES, model_slug
+from perfsuite.cells import DTYPES, identity_hash, model_slug
 from perfsuite.schema import Field, checked, first_unknown
-from perfsuite.serve.point import Point, point_from
-from perfsuite.serve.server import Server, free_port, server_cpus, vllm_argv, vllm_env
+from perfsuite.serve.metrics import parse_goodput
+from perfsuite.serve.point import Point, point_from, run_point
+from perfsuite.serve.server import Server, ServerError, free_port, server_cpus, vllm_argv, vllm_env
+from perfsuite.serve.sweep import sweep_cell_point
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,8 +31,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 BACKEND = "vllm-serve"
-_KEYS = {"models", "dtype", "prefix_caching", "server_starts", "points", "goodput", "max_failed_fraction",
-         "start_timeout_s", "kv_cache_space_gib"}
 _FIELDS = {  # the scalar keys; models, prefix_caching, points and goodput are read below
     "server_starts": Field("int", "server starts per cell (the replicate)", minimum=1),
     "max_failed_fraction": Field("float", "failed requests a cell tolerates", minimum=0.0, maximum=1.0,
@@ -38,6 +38,7 @@ _FIELDS = {  # the scalar keys; models, prefix_caching, points and goodput are r
     "start_timeout_s": Field("float", "seconds until the server is healthy", minimum=0.0, min_open=True),
     "kv_cache_space_gib": Field("int", "VLLM_CPU_KVCACHE_SPACE of the server", minimum=1),
 }
+_KEYS = {"models", "dtype", "prefix_caching", "points", "goodput", *_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,6 @@ class ServeCell:
         return f"{BACKEND}-{model_slug(self.model)}-{self.dtype}-{pc}-{self.point.slug}"
 
     def as_dict(self) -> dict[str, Any]:
-        from perfsuite.cells import identity_hash
-
         ident = {"point": self.point.as_dict(), "prefix_caching": self.prefix_caching, "device": "cpu"}
         return {"backend": BACKEND, "model": self.model, "dtype": self.dtype, "prefix_caching": self.prefix_caching,
                 "point": self.point.as_dict(), "id": self.id, "device": "cpu", "seed": self.seed,
@@ -85,8 +84,6 @@ def load(pyproject: Path | None, profile: str) -> ServingConfig:
 
 
 def parse(t: Mapping[str, Any], where: str) -> ServingConfig:
-    from perfsuite.serve.metrics import parse_goodput
-
     if not t:
         return ServingConfig()
     bad = first_unknown(t, _KEYS)
@@ -126,14 +123,10 @@ def started_server(model: str, *, dtype: str = "float32", prefix_caching: bool =
     srv = Server(vllm_argv(folder, served_name=name, port=port, dtype=dtype, prefix_caching=prefix_caching),
                  port=port, log_path=logs / f"vllm-{name}-{port}.log", env=vllm_env(kv_cache_space_gib),
                  start_timeout_s=start_timeout_s, name=f"vLLM server ({model}, port {port})", cpus=server_cpus())
-    clean = False
-    try:
-        with srv:
-            yield srv, name, resolved.vocab_size, cache
-        clean = True
-    finally:
-        if clean and log_dir is None and not keep_logs:
-            shutil.rmtree(logs, ignore_errors=True)
+    with srv:
+        yield srv, name, resolved.vocab_size, cache
+    if log_dir is None and not keep_logs:  # only after a clean stop: an error or Ctrl-C never gets here
+        shutil.rmtree(logs, ignore_errors=True)
 
 
 @dataclass
@@ -154,13 +147,12 @@ class CellRuns:
 
 
 def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | None, seed: int | None = None,
-            say: Any = None) -> dict[str, CellRuns]:
+            say: Callable[[str], None] | None = None) -> dict[str, CellRuns]:
     """Every start of every server, each running its points in a random order. A failed start or a server that
     dies fails that server's cells (with the log's tail); a point over the failure threshold fails its cell."""
-    from perfsuite.serve.point import run_point
-    from perfsuite.serve.server import ServerError
-    from perfsuite.serve.sweep import sweep_cell_point
+    from perfsuite.serve.table import summary  # not at the top: perfsuite.serve.table imports this module
 
+    say = say or (lambda _: None)
     rng = random.Random(seed)
     out = {c.id: CellRuns(c) for c in cells}
     servers: dict[tuple[str, str, bool], list[ServeCell]] = {}
@@ -172,9 +164,8 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
                 with started_server(model, dtype=dtype, prefix_caching=pc, cache_dir=cache_dir,
                                     start_timeout_s=conf.start_timeout_s,
                                     kv_cache_space_gib=conf.kv_cache_space_gib) as (srv, name, vocab, cache):
-                    if say:
-                        say(f"perfsuite: {srv.name} healthy after {srv.start_s:.1f} s (start {start + 1}/"
-                            f"{conf.server_starts})")
+                    say(f"perfsuite: {srv.name} healthy after {srv.start_s:.1f} s (start {start + 1}/"
+                        f"{conf.server_starts})")
                     order = list(group)
                     rng.shuffle(order)
                     at = functools.partial(run_point, srv.base_url, name, vocab_size=vocab, cache_dir=cache,
@@ -186,17 +177,13 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
                         r = sweep_cell_point(at, c.point) if c.point.sweep else at(c.point)
                         if c.point.sweep:
                             srv.check()  # saturation stops a sweep; a dead server fails it
-                            if say:
-                                say(f"perfsuite: {c.id}: sweep stopped {r['sweep']['stopped']}; knee "
-                                    f"{r['sweep']['knee_rate']} req/s")
+                            say(f"perfsuite: {c.id}: sweep stopped {r['sweep']['stopped']}; knee "
+                                f"{r['sweep']['knee_rate']} req/s")
                         if r["failure"]:
                             srv.check()  # a dead server says so with its log's tail
                             out[c.id].error = f"{c.id}: {r['failure']}"
                         out[c.id].replicates.append(Replicate(start, srv.proc.pid if srv.proc else 0, srv.start_s, r))
-                        if say:
-                            from perfsuite.serve.table import summary
-
-                            say(summary(r))
+                        say(summary(r))
             except ServerError as exc:
                 for c in group:
                     out[c.id].error = out[c.id].error or str(exc)

@@ -58,8 +58,7 @@ class LoadSpec:
     def slug(self) -> str:
         if self.mode == "closed":
             return f"closed-c{self.concurrency}"
-        rate = "inf" if math.isinf(self.rate) else f"{self.rate:g}"
-        s = f"{self.mode}-r{rate}" + (f"-b{self.burstiness:g}" if self.mode == "gamma" else "")
+        s = f"{self.mode}-r{self.rate:g}" + (f"-b{self.burstiness:g}" if self.mode == "gamma" else "")  # :g writes "inf"
         return s + (f"-c{self.max_concurrency}" if self.max_concurrency else "")
 
 
@@ -92,9 +91,7 @@ def schedule(spec: LoadSpec, n: int | None = None) -> np.ndarray:
     schedule for the same seed, so runs of the two clients "with the same seed" overlapped their requests
     differently (:data:`ARRIVALS` keeps such runs out of one comparison)."""
     n = spec.num_requests if n is None else n
-    if spec.mode == "closed":
-        return np.zeros(n)
-    if math.isinf(spec.rate):
+    if spec.mode == "closed" or math.isinf(spec.rate):
         return np.zeros(n)
     if spec.mode == "constant":
         gaps = np.full(n, 1.0 / spec.rate)
@@ -149,9 +146,9 @@ class LoadResult:
         return self.client_cpu_s / self.duration_s if self.duration_s > 0 else 0.0
 
 
-def payload(req: Request, model: str, ignore_eos: bool = True) -> dict[str, Any]:
+def payload(req: Request, model: str) -> dict[str, Any]:
     return {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos, "temperature": 0.0}
+            "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0.0}
 
 
 async def send(session: Any, url: str, body: dict[str, Any], rec: Record, t0: float) -> None:
@@ -205,17 +202,15 @@ async def _until(t: float) -> None:
 
 
 async def _run(url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, warm: Sequence[Request],
-               abort: Callable[[], str | None] | None, timeout_s: float, ignore_eos: bool,
-               headers: dict[str, str] | None, on_timed_start: Callable[[], None] | None) -> LoadResult:
+               abort: Callable[[], str | None] | None, timeout_s: float,
+               on_timed_start: Callable[[], None] | None) -> LoadResult:
     import aiohttp
 
-    limit = spec.concurrency if spec.mode == "closed" else (spec.max_concurrency or 0)
     conn = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout, headers=headers, trust_env=False) as session:
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout, trust_env=False) as session:
         for i in range(0, len(warm), 4):  # warm-up, excluded: connections, server-side caches of the first shapes
-            await asyncio.gather(*(send(session, url, payload(r, model, ignore_eos), Record(-1, r.prompt_len,
-                                                                                           r.output_len), 0.0)
+            await asyncio.gather(*(send(session, url, payload(r, model), Record(-1, r.prompt_len, r.output_len), 0.0)
                                    for r in warm[i:i + 4]))
         records = [Record(i, r.prompt_len, r.output_len) for i, r in enumerate(reqs)]
         stop = asyncio.Event()
@@ -232,19 +227,15 @@ async def _run(url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, wa
 
         if on_timed_start is not None:
             await asyncio.to_thread(on_timed_start)
-        sem = asyncio.Semaphore(limit) if limit else None
+        sem = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None  # open loop's cap
         cpu0 = time.process_time()
         t0 = time.perf_counter()
 
         async def one(i: int) -> None:
             rec = records[i]
-            if sem is not None:
-                async with sem:
-                    rec.slot_s = time.perf_counter() - t0
-                    await send(session, url, payload(reqs[i], model, ignore_eos), rec, t0)
-            else:
-                rec.slot_s = rec.scheduled_s
-                await send(session, url, payload(reqs[i], model, ignore_eos), rec, t0)
+            async with sem or contextlib.nullcontext():
+                rec.slot_s = rec.scheduled_s if sem is None else time.perf_counter() - t0
+                await send(session, url, payload(reqs[i], model), rec, t0)
 
         watcher = asyncio.create_task(watch())
         tasks: list[asyncio.Task[None]] = []
@@ -257,7 +248,7 @@ async def _run(url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, wa
                     if stop.is_set():
                         return
                     records[i].scheduled_s = records[i].slot_s = free
-                    await send(session, url, payload(reqs[i], model, ignore_eos), records[i], t0)
+                    await send(session, url, payload(reqs[i], model), records[i], t0)
                     free = time.perf_counter() - t0
 
             tasks = [asyncio.create_task(user()) for _ in range(spec.concurrency)]
@@ -287,9 +278,8 @@ async def _run(url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, wa
 
 
 def run_load(base_url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, *, warmup: Sequence[Request] = (),
-             abort: Callable[[], str | None] | None = None, timeout_s: float = 600.0, ignore_eos: bool = True,
-             headers: dict[str, str] | None = None, on_timed_start: Callable[[], None] | None = None,
-             cpus: Sequence[int] | None = None) -> LoadResult:
+             abort: Callable[[], str | None] | None = None, timeout_s: float = 600.0,
+             on_timed_start: Callable[[], None] | None = None, cpus: Sequence[int] | None = None) -> LoadResult:
     """Run one load point against ``base_url`` (``http://127.0.0.1:PORT``) and return every request's record.
     ``abort`` is polled while the load runs: a reason (the server exited) stops sending and cancels what is in
     flight; those requests count as failed. ``on_timed_start`` runs between the warm-up and the timed phase.
@@ -297,8 +287,7 @@ def run_load(base_url: str, model: str, reqs: Sequence[Request], spec: LoadSpec,
     (``Server.client_cpus``: the ones the server does not have), restored afterwards."""
     url = base_url.rstrip("/") + "/v1/completions"
     with _pinned(cpus), _gc_frozen():
-        return asyncio.run(_run(url, model, reqs, spec, warmup, abort, timeout_s, ignore_eos, headers,
-                                on_timed_start))
+        return asyncio.run(_run(url, model, reqs, spec, warmup, abort, timeout_s, on_timed_start))
 
 
 @contextlib.contextmanager

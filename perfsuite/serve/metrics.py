@@ -14,6 +14,7 @@ Beyond vLLM's: the client's own cost (dispatch delay, queue wait, CPU share) and
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -60,26 +61,24 @@ def samples_ms(records: Iterable[Record]) -> dict[str, list[float]]:
             "itl_ms": [x * 1e3 for r in ok for x in r.itl_s], "e2el_ms": [r.latency_s * 1e3 for r in ok]}
 
 
-def _stats(name: str, values_ms: list[float], percentiles: Iterable[int]) -> dict[str, float]:
+def _stats(name: str, values_ms: list[float]) -> dict[str, float]:
     v = np.asarray(values_ms or [0.0], dtype=float)
     out = {f"mean_{name}_ms": float(v.mean()), f"median_{name}_ms": float(np.median(v)),
            f"std_{name}_ms": float(v.std())}
-    out.update({f"p{p}_{name}_ms": float(np.percentile(v, p)) for p in percentiles})
+    out.update({f"p{p}_{name}_ms": float(np.percentile(v, p)) for p in PERCENTILES})
     return out
 
 
 def goodput_count(records: Iterable[Record], slos_ms: Mapping[str, float]) -> int:
     good = 0
     for r in records:
-        if not r.success:
-            continue
-        vals = {"ttft": r.ttft_s, "tpot": tpot_s(r) or 0.0, "e2el": r.latency_s}
-        good += all(vals[k] * 1e3 <= ms for k, ms in slos_ms.items())
+        if r.success:
+            vals = {"ttft": r.ttft_s, "tpot": tpot_s(r) or 0.0, "e2el": r.latency_s}
+            good += all(vals[k] * 1e3 <= ms for k, ms in slos_ms.items())
     return good
 
 
-def compute(result: LoadResult, slos_ms: Mapping[str, float] | None = None,
-            percentiles: Iterable[int] = PERCENTILES) -> dict[str, Any]:
+def compute(result: LoadResult, slos_ms: Mapping[str, float] | None = None) -> dict[str, Any]:
     recs = result.records
     ok = [r for r in recs if r.success]
     dur = result.duration_s
@@ -93,19 +92,14 @@ def compute(result: LoadResult, slos_ms: Mapping[str, float] | None = None,
     if slos_ms:
         out["request_goodput"] = goodput_count(recs, slos_ms) / dur if dur > 0 else 0.0
         out["goodput_slos_ms"] = dict(slos_ms)
-    pct = tuple(percentiles)
     for name, vals in samples_ms(recs).items():
-        out.update(_stats(name[:-3], vals, pct))
+        out.update(_stats(name[:-3], vals))
     sent = [r for r in recs if r.sent_s > 0 or r.success]
-    out.update(_stats("dispatch_delay", [r.dispatch_delay_s * 1e3 for r in sent], pct))
+    out.update(_stats("dispatch_delay", [r.dispatch_delay_s * 1e3 for r in sent]))
     out["max_dispatch_delay_ms"] = max((r.dispatch_delay_s * 1e3 for r in sent), default=0.0)
-    out.update(_stats("queue_wait", [r.queue_s * 1e3 for r in sent], pct))
+    out.update(_stats("queue_wait", [r.queue_s * 1e3 for r in sent]))
     out["client_cpu_share"] = result.client_cpu_share
-    errors: dict[str, int] = {}
-    for r in recs:
-        if not r.success:
-            errors[r.error[:120]] = errors.get(r.error[:120], 0) + 1
-    out["errors"] = errors
+    out["errors"] = dict(Counter(r.error[:120] for r in recs if not r.success))
     return out
 
 

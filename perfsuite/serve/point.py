@@ -71,15 +71,14 @@ class Point:
 
 def point_from(table: Mapping[str, Any], where: str = "point") -> Point:
     """``{load = "poisson:4", num_prompts = 24, warmup = 2, seed = 0, dataset = "random", input_len = 64, ...}``"""
-    allowed = {"load", "num_prompts", "warmup", "seed", "dataset", "input_len", "output_len", "prefix_len",
-               "prefix_groups", "sharegpt_path", "sweep", "prompt"}
+    direct = ("dataset", "input_len", "output_len", "prefix_len", "prefix_groups", "sharegpt_path", "prompt")
+    allowed = {"load", "num_prompts", "warmup", "seed", "sweep", *direct}
     bad = first_unknown(table, allowed)
     if bad:
         raise ValueError(f"{where}: unknown key {bad!r}; allowed: {', '.join(sorted(allowed))}")
     spec = parse_load(str(table.get("load", "poisson:4")), num_requests=int(table.get("num_prompts", 16)),
                       warmup=int(table.get("warmup", 2)), seed=int(table.get("seed", 0)))
-    kw = {k: table[k] for k in ("dataset", "input_len", "output_len", "prefix_len", "prefix_groups", "sharegpt_path",
-                                "prompt") if k in table}
+    kw = {k: table[k] for k in direct if k in table}
     if "sweep" in table:
         sw = table["sweep"]
         if not isinstance(sw, list) or not all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in sw):
@@ -91,8 +90,8 @@ def point_from(table: Mapping[str, Any], where: str = "point") -> Point:
         raise ValueError(f"{where}: {exc}") from None
 
 
-def requests(point: Point, vocab_size: int, cache_dir: Path, seed_offset: int = 0) -> list[Request]:
-    n, seed = point.load.num_requests + point.load.warmup, point.load.seed + seed_offset
+def requests(point: Point, vocab_size: int, cache_dir: Path) -> list[Request]:
+    n, seed = point.load.num_requests + point.load.warmup, point.load.seed
     if point.dataset == "random":
         reqs = datasets.random_requests(n, point.input_len, point.output_len, vocab_size, seed)
     elif point.dataset == "shared-prefix":
@@ -115,18 +114,14 @@ def run_point(base_url: str, model: str, point: Point, *, vocab_size: int, cache
     started; None: where the kernel puts it)."""
     reqs = requests(point, vocab_size, cache_dir)
     warm, timed = reqs[:point.load.warmup], reqs[point.load.warmup:]
-    before: list[Any] = []
-
-    def snapshot_after_warmup() -> None:  # the "before" histogram excludes the warm-up requests
-        before.append(promcheck.snapshot(base_url))
-
+    before: list[Any] = []  # taken between the warm-up and the timed requests: the histograms exclude the warm-up
     res = run_load(base_url, model, timed, point.load, warmup=warm, abort=abort, timeout_s=timeout_s,
-                   on_timed_start=snapshot_after_warmup, cpus=client_cpus)
-    after = promcheck.snapshot(base_url) if before and before[0] is not None else None
+                   on_timed_start=lambda: before.append(promcheck.snapshot(base_url)), cpus=client_cpus)
+    prev = before[0] if before else None
+    after = promcheck.snapshot(base_url) if prev is not None else None
     m = metrics.compute(res, slos_ms)
     return {"point": point.as_dict(), "model": model, "base_url": base_url, "metrics": m,
             "client_cpus": list(client_cpus) if client_cpus else None,
-            "samples": metrics.samples_ms(res.records), "prometheus": promcheck.compare(before[0] if before else None,
-                                                                                      after, m),
+            "samples": metrics.samples_ms(res.records), "prometheus": promcheck.compare(prev, after, m),
             "aborted": res.aborted, "failure": metrics.failure(m, max_failed_fraction) or res.aborted,
             "records": [r.as_dict() for r in res.records]}

@@ -76,10 +76,8 @@ def snapshot(base_url: str) -> dict[str, Hist] | None:
         status, text = http_get(base_url.rstrip("/") + "/metrics", timeout_s=5.0)
     except OSError:
         return None
-    if status != 200:
-        return None
     try:
-        return parse(text)
+        return parse(text) if status == 200 else None
     except (ValueError, ImportError):
         return None
 

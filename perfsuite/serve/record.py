@@ -62,18 +62,12 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
     if problem:
         pytest_session.enforce(GateOutcome(failure=f"perfsuite: {cell.id}: {problem}"))
     key = f"{metric}_ms"
-    pooled: dict[str, list[float]] = {}
-    for rep in reps:
-        for k, v in rep.result["samples"].items():
-            pooled.setdefault(k, []).extend(v)
-    values = pooled.get(key) or []
+    values = [v for rep in reps for v in rep.result["samples"].get(key, [])]
     if not values:
         pytest_session.enforce(GateOutcome(skip=f"{cell.id}: no {metric} values (outputs of one token have no TPOT or ITL)"))
     benchmark.group = f"{metric} under load: {cell.point.slug}"
     info = benchmark.extra_info
-    info["cell"] = cell.as_dict()
-    info["metric"] = metric
-    info["runner_class"] = session.runner_class
+    info.update(cell=cell.as_dict(), metric=metric, runner_class=session.runner_class)
     for stat in ("mean", "median", "p90", "p99"):
         info[f"{stat}_{metric}_ms"] = stats.statistic(values, stat)
     per_start = [rep.result["metrics"] for rep in reps]
@@ -86,8 +80,8 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
                                None)  # where the load generator ran (None: where the kernel put it)
     info["samples"] = {key: values}
     info["processes"] = [{"index": rep.index, "pid": rep.pid, "load_s": round(rep.start_s, 3),
-                          "wall_s": round(rep.result["metrics"]["duration"], 4), "samples": {key: rep.result[
-                              "samples"].get(key, [])}, "metrics": rep.result["metrics"],
+                          "wall_s": round(rep.result["metrics"]["duration"], 4),
+                          "samples": {key: rep.result["samples"].get(key, [])}, "metrics": rep.result["metrics"],
                           "prometheus": rep.result["prometheus"]} for rep in reps]
     info["records"] = [r for rep in reps for r in rep.result["records"]]
     sweeps = [rep.result["sweep"] for rep in reps if rep.result.get("sweep")]

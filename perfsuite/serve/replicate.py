@@ -27,13 +27,13 @@ def select(conf: Any, args: Mapping[str, Any]) -> list[Any]:
     """The serving cells of ``conf`` under ab's/calibrate's filters: ``--backend`` (None, or including ``vllm`` or
     ``vllm-serve``), ``--model`` and the ``--cells`` glob. The default glob ``*`` selects none: a serving replicate
     is a server start (a minute here), so they join when ``--cells`` names them (``--cells 'vllm-serve-*'``)."""
-    if (args.get("cells") or "*") == "*":
+    glob = args.get("cells") or "*"
+    if glob == "*":
         return []
     backends = [b.strip() for b in str(args.get("backend") or "").split(",") if b.strip()]
     if backends and not {"vllm", "vllm-serve"} & set(backends):
         return []
     models = [m.strip() for m in str(args.get("model") or "").split(",") if m.strip()]
-    glob = args.get("cells") or "*"
     return [c for c in conf.cells if (not models or c.model in models) and fnmatch.fnmatchcase(c.id, glob)]
 
 

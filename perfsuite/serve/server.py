@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 HOST = "127.0.0.1"
 VLLM_ENTRY = "vllm.entrypoints.openai.api_server"
 
@@ -98,7 +100,7 @@ class Server:
         self.start_timeout_s = start_timeout_s
         self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
-        self._seen: dict[int, Any] = {}  # pid -> psutil.Process of every process of the server seen while it ran
+        self._seen: dict[int, psutil.Process] = {}  # pid -> every process of the server seen while it ran
         self.start_s = 0.0
 
     @property
@@ -150,8 +152,6 @@ class Server:
 
     def _owns_port(self) -> bool:
         """The answer came from our server, not from another process already listening on the port."""
-        import psutil
-
         self._remember_children()
         for p in list(self._seen.values()):
             with contextlib.suppress(psutil.Error):
@@ -181,8 +181,6 @@ class Server:
         return None
 
     def _remember_children(self) -> None:
-        import psutil
-
         if self.proc is None:
             return
         with contextlib.suppress(psutil.Error):
@@ -194,8 +192,6 @@ class Server:
         """SIGTERM to the server's process group, SIGKILL to whatever is left after ``grace_s`` (the group and every
         process of the server ever seen, also those that left the group). The psutil handles were taken while the
         processes ran, so a pid the system has since given to another process is never signalled."""
-        import psutil
-
         if self.proc is None:
             return
         self._remember_children()
@@ -220,8 +216,6 @@ class Server:
 
     def leftover(self) -> list[int]:
         """Processes of this server still running (none after :meth:`stop`)."""
-        import psutil
-
         out = []
         for pid, p in sorted(self._seen.items()):
             with contextlib.suppress(psutil.Error):
@@ -265,7 +259,7 @@ def vllm_env(kv_cache_space_gib: int = 1, cpus: Sequence[int] | None = None) -> 
     env.update({"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_space_gib), "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                 "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"})
-    bind = server_cpus(cpus) if "VLLM_CPU_OMP_THREADS_BIND" not in env else None
+    bind = server_cpus(cpus)  # None where the user binds vLLM's threads
     if bind:
         from perfsuite.backends.vllm_engine_args import cpu_bind_plan
 

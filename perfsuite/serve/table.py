@@ -26,13 +26,13 @@ def by_cell(data: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def _num(v: Any, fmt: str = ".3f") -> str:
-    return format(v, fmt) if isinstance(v, (int, float)) else "—"
+def _num(v: Any) -> str:
+    return format(v, ".3f") if isinstance(v, (int, float)) else "—"
 
 
-def _change(cur: Mapping[str, Any] | None, base: Mapping[str, Any] | None, key: str) -> str:
-    a = ((cur or {}).get("extra_info") or {}).get(key)
-    b = ((base or {}).get("extra_info") or {}).get(key)
+def _change(cur: Mapping[str, Any] | None, base: Mapping[str, Any] | None, metric: str) -> str:
+    a = ((cur or {}).get("extra_info") or {}).get(f"median_{metric}_ms")
+    b = ((base or {}).get("extra_info") or {}).get(f"median_{metric}_ms")
     if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b:
         return "—"
     return f"{a / b - 1:+.1%}"
@@ -53,10 +53,8 @@ def rows(current: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> l
         info = next(((tests[m].get("extra_info") or {}) for m in LATENCIES if m in tests), {})
         vals += [info.get("request_throughput"), info.get("request_goodput")]
         o = old.get(cid, {})
-        out.append(f"{cid:<64} " + " ".join(f"{_num(v):>{max(len(c), 9)}}" for c, v in zip(COLUMNS, vals,
-                                                                                           strict=True))
-                   + f" {_change(tests.get('ttft'), o.get('ttft'), 'median_ttft_ms'):>12}"
-                   f" {_change(tests.get('tpot'), o.get('tpot'), 'median_tpot_ms'):>12}")
+        out.append(f"{cid:<64} " + " ".join(f"{_num(v):>{max(len(c), 9)}}" for c, v in zip(COLUMNS, vals, strict=True))
+                   + "".join(f" {_change(tests.get(m), o.get(m), m):>12}" for m in ("ttft", "tpot")))
         sw = info.get("sweep")
         if isinstance(sw, Mapping):
             knees.append(f"  {cid}: sweep {', '.join(f'{r:g}' for r in sw.get('rates', []))} req/s; knee "

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import os
 import re
+import select
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -35,8 +40,7 @@ def tcp_payload(frame: bytes) -> tuple[int, int, bytes] | None:
     if ethertype == 0x0800:
         if len(frame) < off + 20 or frame[off + 9] != 6:
             return None
-        total = struct.unpack_from("!H", frame, off + 2)[0]
-        end = off + total
+        end = off + struct.unpack_from("!H", frame, off + 2)[0]
         off += (frame[off] & 0x0F) * 4
     elif ethertype == 0x86DD:
         if len(frame) < off + 40 or frame[off + 6] != 6:  # no extension headers on loopback TCP
@@ -68,11 +72,10 @@ class Streams:
     def feed(self, t: float, sport: int, dport: int, payload: bytes) -> None:
         if not payload:
             return
-        if dport == self.port and payload[:5] in (b"POST ", b"GET /"):
-            if payload[:5] == b"POST ":
-                self.open[sport] = t
-                self.starts.append(t)
-                self.decoding.pop(sport, None)
+        if dport == self.port and payload[:5] == b"POST ":
+            self.open[sport] = t
+            self.starts.append(t)
+            self.decoding.pop(sport, None)
         elif sport == self.port and FIRST_CHOICE.search(payload):
             if dport in self.open:
                 st = self.open.pop(dport)
@@ -81,20 +84,20 @@ class Streams:
             if dport in self.decoding:
                 self.tokens_s.setdefault(self.decoding[dport], []).append(t)
 
+    def _timed(self, last: int) -> list[tuple[float, float]]:
+        """(start, TTFT) of the ``last`` requests to start that had a first token, in start order."""
+        if last <= 0 or not self.starts:
+            return []
+        cut = sorted(self.starts)[-min(last, len(self.starts))]
+        return [(st, d) for st, d in sorted(self.ttft_s) if st >= cut]
+
     def timed(self, last: int) -> list[float]:
         """TTFTs of the ``last`` requests to start (a run's test request and warm-ups come first), in start order;
         a request among them without a first token is left out (so fewer than ``last`` says some failed)."""
-        cut = self._cut(last)
-        return [] if cut is None else [d for st, d in sorted(self.ttft_s) if st >= cut]
-
-    def _cut(self, last: int) -> float | None:
-        """The start of the ``last``-th latest request (None: no request, or ``last`` <= 0)."""
-        return sorted(self.starts)[-min(last, len(self.starts))] if last > 0 and self.starts else None
+        return [d for _, d in self._timed(last)]
 
     def _timed_tokens(self, last: int) -> list[list[float]]:
-        cut = self._cut(last)
-        return [] if cut is None else [self.tokens_s[st] for st, _ in sorted(self.ttft_s)
-                                       if st >= cut and st in self.tokens_s]
+        return [self.tokens_s[st] for st, _ in self._timed(last) if st in self.tokens_s]
 
     def decode_spans(self, last: int) -> list[float]:
         """Of the same requests as :meth:`timed`: first token to last token, in start order."""
@@ -109,20 +112,14 @@ class Streams:
 def available() -> str | None:
     """None if a loopback capture can be opened here, else why not."""
     try:
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
+        socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL)).close()
     except (OSError, AttributeError) as exc:
         return f"no loopback packet capture: {exc} (needs Linux and CAP_NET_RAW, e.g. root)"
-    s.close()
     return None
 
 
 def _capture(port: int) -> None:
     """The capture process: frames of ``port`` on ``lo`` until its stdin closes, then one JSON line on stdout."""
-    import json
-    import os
-    import select
-    import sys
-
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
     s.bind(("lo", 0))
     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
@@ -149,24 +146,7 @@ def _capture(port: int) -> None:
           flush=True)
 
 
-@dataclass
-class Capture:
-    port: int
-    starts: list[float] = field(default_factory=list)
-    ttft_s: list[tuple[float, float]] = field(default_factory=list)
-    tokens_s: dict[float, list[float]] = field(default_factory=dict)
-
-    def _streams(self) -> Streams:
-        return Streams(self.port, {}, self.starts, self.ttft_s, self.tokens_s)
-
-    def timed(self, last: int) -> list[float]:
-        return self._streams().timed(last)
-
-    def decode_spans(self, last: int) -> list[float]:
-        return self._streams().decode_spans(last)
-
-    def gaps(self, last: int) -> list[float]:
-        return self._streams().gaps(last)
+Capture = Streams  # what :func:`capture` yields: the capture process's streams, filled in when the block ends
 
 
 @contextlib.contextmanager
@@ -174,22 +154,16 @@ def capture(port: int, start_timeout_s: float = 30.0) -> Iterator[Capture]:
     """Capture the block's requests to ``port`` on ``lo``; the yielded :class:`Capture` is filled when it ends.
     The capture process is its own session (Ctrl-C reaches the caller, whose ``finally`` ends it) and also ends by
     itself when this process dies (its stdin closes)."""
-    import json
-    import subprocess
-    import sys
-
     proc = subprocess.Popen([sys.executable, "-m", "perfsuite.serve.wirecap", str(port)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     cap = Capture(port)
     try:
-        import select
-
         ok, _, _ = select.select([proc.stdout], [], [], start_timeout_s)
         line = proc.stdout.readline() if ok else b""
         if line.strip() != b"ready":
             proc.kill()
-            err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace").strip().splitlines()
+            err = proc.stderr.read().decode(errors="replace").strip().splitlines()
             raise RuntimeError(f"the loopback capture did not start: {err[-1] if err else 'no output'}")
         yield cap
         out, _ = proc.communicate(timeout=30)  # closes its stdin: the capture stops and reports
@@ -201,11 +175,8 @@ def capture(port: int, start_timeout_s: float = 30.0) -> Iterator[Capture]:
             proc.kill()
             proc.wait(10)
         for f in (proc.stdin, proc.stdout, proc.stderr):
-            if f is not None:
-                f.close()
+            f.close()
 
 
 if __name__ == "__main__":
-    import sys
-
     _capture(int(sys.argv[1]))
