@@ -8,6 +8,7 @@ the plugin turns it into ``pytest.UsageError``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import sys
 from collections.abc import Mapping
@@ -92,14 +93,11 @@ class Settings:
         out = []
         for backend in self.backends:
             opts = tuple(sorted(self.config.backend_options.get(backend, {}).items()))
-            for model in self.models:
-                for dtype in p.dtypes:
-                    for sc in p.scenarios:
-                        for q in p.quantizations:
-                            for tp in p.tensor_parallel_sizes:
-                                for attn in p.attn_implementations:
-                                    out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device,
-                                                    q, tp, attn, options=opts))
+            for model, dtype, sc, q, tp, attn in itertools.product(
+                    self.models, p.dtypes, p.scenarios, p.quantizations, p.tensor_parallel_sizes,
+                    p.attn_implementations):
+                out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device, q, tp, attn,
+                                options=opts))
         for backend, model, dtype, sc, q, tp, attn in p.cells:  # a --perf-backend / --perf-model filter applies
             if (self.backends == p.backends or backend in self.backends) and \
                     (self.models == p.models or model in self.models):
@@ -238,14 +236,10 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
         kw: dict[str, Any] = {}
         kw["backends"] = _str_list(sec, "backends", pr.get("backends", ["torch"]), known_backends())
         kw["models"] = _str_list(sec, "models", pr.get("models", ["tiny-llama"]))
-        if "dtypes" in pr:
-            kw["dtypes"] = _str_list(sec, "dtypes", pr["dtypes"], DTYPES)
-        if "scenarios" in pr:
-            kw["scenarios"] = _str_list(sec, "scenarios", pr["scenarios"], tuple(scenarios))
-        if "quantizations" in pr:
-            kw["quantizations"] = _str_list(sec, "quantizations", pr["quantizations"], QUANTIZATIONS)
-        if "attn_implementations" in pr:
-            kw["attn_implementations"] = _str_list(sec, "attn_implementations", pr["attn_implementations"], ATTN)
+        for key, allowed in (("dtypes", DTYPES), ("scenarios", tuple(scenarios)), ("quantizations", QUANTIZATIONS),
+                             ("attn_implementations", ATTN)):
+            if key in pr:
+                kw[key] = _str_list(sec, key, pr[key], allowed)
         if "tensor_parallel_sizes" in pr:
             v = pr["tensor_parallel_sizes"]
             _expect(isinstance(v, list) and bool(v), f"{_where(sec, 'tensor_parallel_sizes')} must be a list of integers")

@@ -63,10 +63,6 @@ def plan_from_items(items: Sequence[pytest.Item]) -> Plan:
     return Plan(tuple(cells.values()), {k: tuple(m for m in METRICS if m in v) for k, v in metrics.items()})
 
 
-def workers_for(session: PerfSession, cell: Cell) -> int:
-    return session.settings.workers_for(cell.backend)
-
-
 def measured_by(session: PerfSession, cell: Cell, workers: int, mode: str) -> dict[str, Any]:
     """Everything about *how* a value was measured that must match before two runs are compared."""
     from perfsuite import model_identity
@@ -100,7 +96,7 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
     jobs: list[scheduler.Job] = []
     modes: dict[str, str] = {}
     for cell in plan.cells:
-        w = 1 if once else workers_for(session, cell)
+        w = 1 if once else settings.workers_for(cell.backend)
         modes[cell.id] = scheduler.mode_for(cell.backend, w)
         results[cell.id] = CellResult(cell, measured_by=measured_by(session, cell, w, modes[cell.id]))
         jobs += [scheduler.Job(cell, plan.metrics[cell.id], gens, warm, index=i, cache_dir=cache,
@@ -171,15 +167,6 @@ def measure_peaks(session: PerfSession, plan: Plan) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------------------------------- one perf test
-def record_rounds(benchmark: Any, rounds_s: Sequence[float]) -> None:
-    """Put rounds timed in worker processes into a pytest-benchmark fixture.
-
-    pytest-benchmark has no public API for values timed elsewhere: perfsuite.pbcompat owns its private names
-    (tests/unit/test_pbcompat.py pins them, so an upgrade that changes them fails there first).
-    """
-    pbcompat.record_rounds(benchmark, rounds_s, "perfsuite worker processes")
-
-
 def process_entry(p: ProcessResult, metric: str) -> dict[str, Any]:
     m = p.metrics[metric]
     return {"index": p.index, "pid": p.pid, "load_s": round(p.load_s, 4), "wall_s": round(p.wall_s, 4),
@@ -201,9 +188,6 @@ class PerfRun:
     session: PerfSession
     cell: Cell
     result: CellResult
-
-    def _roofline(self, info: dict[str, Any]) -> dict[str, Any]:
-        return _roofline_info(self.session, self.cell, info)
 
     def run(self, metric: str, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
         from perfsuite import metrics
@@ -230,7 +214,7 @@ class PerfRun:
         for key in sorted({k for p in procs for k in p.metrics[metric].memory}):
             info[key] = max(p.metrics[metric].memory.get(key, 0) for p in procs)
         info["backend_info"] = procs[0].backend_info
-        info.update(self._roofline(info))
+        info.update(_roofline_info(self.session, self.cell, info))
         info["first_tokens"] = first
         info["tokens_agree"] = all(p.metrics[metric].first_tokens == first for p in procs)
         if pbcompat.is_disabled(benchmark):
@@ -238,7 +222,9 @@ class PerfRun:
             self.session.notes.append(f"perfsuite: {request.node.nodeid}: pytest-benchmark is disabled; the workload "
                                       "ran once in a worker process and nothing was timed")
             return info
-        record_rounds(benchmark, [r for p in procs for r in p.metrics[metric].rounds_s])
+        # pytest-benchmark has no public API for values timed elsewhere: pbcompat owns its private names
+        pbcompat.record_rounds(benchmark, [r for p in procs for r in p.metrics[metric].rounds_s],
+                               "perfsuite worker processes")
         prof = res.profiles.get(metric)
         if prof is not None and pbcompat.wants_cprofile(benchmark):
             pbcompat.set_cprofile_stats(benchmark, prof)

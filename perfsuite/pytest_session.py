@@ -129,8 +129,10 @@ def configure_benchmark_storage(config: pytest.Config, session: PerfSession, exp
                 f"no baseline for runner class {session.runner_class!r} in {session.baseline_dir}; "
                 f"record one with `pytest --perf-update-baselines` (classes present: "
                 f"{', '.join(present) or 'none'})")
-        setup_gate(session, runs)
+        from perfsuite import gate
         from perfsuite.confirm import options
+
+        session.gate = gate.make_session(session.gate_config, runs)
 
         session.confirm = options.start(config, session)
     # pytest-benchmark keys storage by platform; we key it by runner class. Its session reads the compare option
@@ -145,12 +147,6 @@ def configure_benchmark_storage(config: pytest.Config, session: PerfSession, exp
         opt.benchmark_json = Path(tmp)
     elif session.settings.update_baselines:
         session.baseline_json = Path(opt.benchmark_json)
-
-
-def setup_gate(session: PerfSession, runs: list[dict[str, Any]]) -> None:
-    from perfsuite import gate
-
-    session.gate = gate.make_session(session.gate_config, runs)
 
 
 def after_benchmark_configure(config: pytest.Config, session: PerfSession) -> None:

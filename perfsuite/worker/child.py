@@ -3,6 +3,7 @@ loop for the requested metrics, read memory and facts, close. Timing happens her
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -80,7 +81,7 @@ def _measure(job: dict[str, Any], workdir: Path, gate: Any = None) -> dict[str, 
         backend.reset_peak_memory()
         sampler = devicemem.DeviceMemorySampler(cell.device, devicemem.default_indices(cell.tensor_parallel_size)) \
             if cell.device != "cpu" and wanted else None
-        with sampler if sampler is not None else _nothing():
+        with sampler if sampler is not None else contextlib.nullcontext():
             measured = measure.measure_generations(backend, prompts, sc.new_tokens, gens, warm, wanted,
                                                    turn=gate.turn if gate is not None else None) if wanted else {}
         memory = backend.memory_stats().as_dict()
@@ -95,12 +96,6 @@ def _measure(job: dict[str, Any], workdir: Path, gate: Any = None) -> dict[str, 
     finally:
         backend.close()
     return {"metrics": out, "skipped_metrics": skipped, "backend_info": info, "load_s": load_s}
-
-
-def _nothing() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def _profile_once(backend: Any, prompts: list[list[int]], new_tokens: int, metric: str, workdir: Path,
