@@ -10,12 +10,13 @@ rebuilt, never loaded. Markers written before 2026-12-02 by the model cache list
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,17 @@ def new_tmp(target: Path) -> Path:
     """A fresh temporary sibling of ``target`` to build an entry in (same file system, so the rename is atomic)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+
+
+@contextlib.contextmanager
+def building(target: Path) -> Iterator[Path]:
+    """:func:`new_tmp` for the ``with`` block that builds the entry; removed if the block fails (Ctrl-C included)."""
+    tmp = new_tmp(target)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def commit(tmp: Path, target: Path, meta: Mapping[str, Any], marker: str,

@@ -122,11 +122,12 @@ def options_hash_of(cell: dict[str, Any]) -> str:
     return identity_hash(identity_of(cell))
 
 
-def identity_hash(identity: dict[str, Any], separators: tuple[str, str] = (",", ":")) -> str:
-    """The one options hash: 12 hex digits of the sorted JSON of what makes a cell's workload (a latency cell's
-    :func:`identity_of`, a serving cell's load point). ``separators`` only keeps hashes already stored stable."""
+def identity_hash(identity: dict[str, Any], separators: tuple[str, str] = (",", ":"), n: int = 12) -> str:
+    """The one options hash: ``n`` hex digits of the sorted JSON of what makes a cell's workload (a latency cell's
+    :func:`identity_of`, a serving cell's load point; also preset, AWQ and config digests). ``separators`` only
+    keeps hashes already stored stable."""
     blob = json.dumps(identity, sort_keys=True, separators=separators, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
 
 
 def model_slug(model: str) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import models
+from perfsuite.cells import identity_hash
 
 _CHUNK = 1 << 20
 
@@ -71,8 +72,7 @@ def checkpoint(name: str, path: Path, cache_dir: Path | None = None) -> dict[str
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
-    kept = {k: v for k, v in config.items() if not k.startswith("_") and k != "transformers_version"}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+    return identity_hash({k: v for k, v in config.items() if not k.startswith("_") and k != "transformers_version"})
 
 
 def safetensors_elements(path: Path) -> int:

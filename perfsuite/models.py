@@ -12,15 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from perfsuite import cache_entry
-
-if TYPE_CHECKING:
-    from perfsuite.cells import Cell
+from perfsuite.cells import Cell, identity_hash
 
 MARKER = "perfsuite-model.json"
 MATERIALIZE_VERSION = 1  # bump when the way weights are generated changes
@@ -46,9 +43,8 @@ class Preset:
 
     @property
     def digest(self) -> str:
-        blob = json.dumps({"arch": self.architecture, "config": self.config, "dtype": self.storage_dtype,
-                           "seed": self.seed, "v": MATERIALIZE_VERSION}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return identity_hash({"arch": self.architecture, "config": self.config, "dtype": self.storage_dtype,
+                              "seed": self.seed, "v": MATERIALIZE_VERSION}, separators=(", ", ": "))
 
 
 _LLAMA = {"model_type": "llama", "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
@@ -260,8 +256,7 @@ def _materialize(preset: Preset, target: Path) -> None:
     import torch
     import transformers
 
-    tmp = cache_entry.new_tmp(target)
-    try:
+    with cache_entry.building(target) as tmp:
         cfg_cls = transformers.AutoConfig.for_model(preset.config["model_type"]).__class__
         config = cfg_cls(**{k: v for k, v in preset.config.items() if k != "model_type"})
         config.architectures = [preset.architecture]
@@ -273,9 +268,6 @@ def _materialize(preset: Preset, target: Path) -> None:
         # an incomplete earlier attempt at target is never loaded: commit replaces it
         cache_entry.commit(tmp, target, {"name": preset.name, "digest": preset.digest,
                                          "transformers": transformers.__version__}, MARKER)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def prompts(batch_size: int, prompt_tokens: int, vocab_size: int, seed: int = 0) -> list[list[int]]:

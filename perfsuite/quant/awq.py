@@ -24,14 +24,13 @@ keyed by the float model's digest; built in a temporary directory and renamed in
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perfsuite import cache_entry
+from perfsuite.cells import identity_hash
 
 AWQ_VERSION = 1  # bump when the recipe or the layout changes
 BITS = 4
@@ -169,9 +168,8 @@ def checkpoint_dirs(model_dir: Path, group_size: int) -> tuple[Path, Path]:
 
 
 def _digest(float_digest: str, group_size: int) -> str:
-    blob = json.dumps({"float": float_digest, "group_size": group_size, "bits": BITS, "v": AWQ_VERSION},
-                      sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return identity_hash({"float": float_digest, "group_size": group_size, "bits": BITS, "v": AWQ_VERSION},
+                         separators=(", ", ": "))
 
 
 def linear_in_features(model_dir: Path) -> list[int]:
@@ -231,15 +229,11 @@ def _write(target: Path, config: dict[str, Any], tensors: dict[str, Any], meta: 
 
     from perfsuite import models
 
-    tmp = cache_entry.new_tmp(target)
-    try:
+    with cache_entry.building(target) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
         cache_entry.commit(tmp, target, meta, models.MARKER)  # replaces an incomplete or outdated earlier attempt
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # ------------------------------------------------------------------------------------------------ agreement

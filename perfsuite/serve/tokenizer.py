@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
+
+from perfsuite import cache_entry
 
 SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3, as models.prompts() avoids them
 FIRST_ID = len(SPECIALS)
@@ -47,9 +48,7 @@ def serving_dir(model_dir: Path, cache_dir: Path, name: str) -> Path:
     if (target / "tokenizer.json").is_file():
         return target
     vocab = int(json.loads((model_dir / "config.json").read_text())["vocab_size"])
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
-    try:
+    with cache_entry.building(target) as tmp:
         for f in model_dir.iterdir():
             if f.is_file():
                 os.symlink(f.resolve(), tmp / f.name)
@@ -57,7 +56,4 @@ def serving_dir(model_dir: Path, cache_dir: Path, name: str) -> Path:
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target

@@ -11,7 +11,6 @@ decode steps that follow (teacher-free: the float model's greedy tokens), and ca
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -63,8 +62,7 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
         def get_next(self) -> dict[str, Any] | None:
             return next(self.it, None)
 
-    tmp = cache_entry.new_tmp(target)
-    try:
+    with cache_entry.building(target) as tmp:
         with warnings.catch_warnings(), quiet_root_logger():
             warnings.simplefilter("ignore")
             calibrator = create_calibrator(export.path, augmented_model_path=str(tmp / "augmented.onnx"),
@@ -76,9 +74,6 @@ def table_for(export: ex.ExportResult, cell: Cell) -> Path:
         (tmp / "augmented.onnx").unlink(missing_ok=True)
         cache_entry.commit(tmp, target, {"export": entry.name, "method": "MinMax", "feeds": len(feeds),
                                          "tensors": len(ranges.data), "calib_version": CALIB_VERSION}, MARKER)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target / TABLE_FILE
 
 

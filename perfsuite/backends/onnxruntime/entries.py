@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite import cache_entry
-from perfsuite.cache_entry import file_record, new_tmp  # noqa: F401  (re-exported: the export modules' names)
+from perfsuite.cache_entry import building, file_record  # noqa: F401  (re-exported: the export modules' names)
 
 MARKER = "perfsuite-onnx.json"
 MODEL_FILE = "model.onnx"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +94,7 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
         _raise_if_failed(meta)
         return ExportResult(target / MODEL_FILE, meta, True, float(meta.get("export_seconds", 0.0)))
     t0 = time.perf_counter()
-    tmp = entries.new_tmp(target)
-    try:
+    with entries.building(target) as tmp:
         model = tracing.load_torch_model(spec.model_dir, spec.dtype, spec.attn_implementation)
         layers, kv_heads, head_dim = tracing.kv_geometry(model.config)
         tracing.torch_export(model, tmp / MODEL_FILE, spec.dtype, spec.opset, spec.layout)
@@ -135,9 +133,6 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
             raise ExportError(f"{rebuilt_because}; it could not be replaced: remove {target} by hand (rm -r) or point "
                               "PERFSUITE_CACHE_DIR / [tool.perfsuite] cache_dir elsewhere")
         meta = json.loads((target / entries.MARKER).read_text())  # as recorded: with the files' sizes and hashes
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     _raise_if_failed(meta)
     return ExportResult(target / MODEL_FILE, meta, False, time.perf_counter() - t0)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import time
 import warnings
 from collections.abc import Iterator
@@ -72,8 +71,7 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
     if meta is not None and "int8_top1_agreement" in meta:
         return ex.ExportResult(target / entries.MODEL_FILE, meta, True, float(meta.get("quantize_seconds", 0.0)))
     t0 = time.perf_counter()
-    tmp = entries.new_tmp(target)
-    try:
+    with entries.building(target) as tmp:
         with warnings.catch_warnings(), quiet_root_logger():
             warnings.simplefilter("ignore")
             quantize_dynamic(str(float_result.path), str(tmp / entries.MODEL_FILE), weight_type=QuantType.QInt8,
@@ -85,7 +83,4 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
                 "float_sha256": float_sha, "quantize_seconds": round(q_s, 3), "onnxruntime": ort.__version__}
         meta["int8_top1_agreement"] = round(top1_agreement(float_result.path, tmp / entries.MODEL_FILE, meta), 4)
         entries.write_entry(tmp, target, meta)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return ex.ExportResult(target / entries.MODEL_FILE, meta, False, time.perf_counter() - t0)
