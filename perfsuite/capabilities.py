@@ -25,11 +25,13 @@ baseline.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,20 @@ def flags_from_env(value: str) -> frozenset[str]:
         raise ValueError(f"{ENV_FLAGS}: {bad[0]!r} is not a /proc/cpuinfo flag name (lowercase letters, digits, '_'); "
                          f"write e.g. {ENV_FLAGS}='sse4_2 avx avx2 fma'")
     return frozenset(tokens)
+
+
+def installed(dists: Iterable[str]) -> dict[str, str]:
+    """Distribution -> version of those of ``dists`` that are installed, in ``dists``' order."""
+    out = {}
+    for dist in dists:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[dist] = metadata.version(dist)
+    return out
+
+
+def first_installed(dists: Iterable[str]) -> tuple[str, str] | None:
+    """(distribution, version) of the first of ``dists`` that is installed, or None."""
+    return next(iter(installed(dists).items()), None)
 
 
 def cpu_count() -> int:

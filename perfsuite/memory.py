@@ -14,10 +14,10 @@ except ImportError:  # Windows
     resource = None  # type: ignore[assignment]
 
 
-def reset_peak_rss() -> bool:
-    """Reset the kernel's RSS high-water mark (VmHWM); False where the kernel does not allow it."""
+def reset_peak_rss(pid: int | str = "self") -> bool:
+    """Reset the kernel's RSS high-water mark (VmHWM) of process ``pid``; False where the kernel does not allow it."""
     try:
-        with open("/proc/self/clear_refs", "w") as fh:
+        with open(f"/proc/{pid}/clear_refs", "w") as fh:
             fh.write("5")
         return True
     except OSError:

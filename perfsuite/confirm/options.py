@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 
@@ -23,9 +22,8 @@ def add(group: Any, parser: Any) -> None:
 
 def start(config: Any, ps: Any) -> Any:
     from perfsuite.confirm import session
+    from perfsuite.pytest_session import _flag
 
-    inconclusive = bool(config.getoption("perf_confirm_inconclusive")
-                        or os.environ.get("PERFSUITE_CONFIRM_INCONCLUSIVE") == "1"
-                        or config.getini("perfsuite_confirm_inconclusive"))
-    return session.start(ps, confirm_inconclusive=inconclusive, python=config.getoption("perf_confirm_python"),
+    return session.start(ps, confirm_inconclusive=_flag(config, "confirm_inconclusive"),
+                         python=config.getoption("perf_confirm_python"),
                          allow_foreign=bool(config.getoption("perf_allow_foreign_hardware")))

