@@ -104,3 +104,8 @@ def pct(x: object, *, signed: bool = True, digits: int = 1, missing: str = "n/a"
     if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):
         return missing
     return f"{x * 100:{'+' if signed else ''}.{digits}f}%"
+
+
+def num_cell(v: object, fmt: str = ".3g") -> str:
+    """A number as a table cell; a dash where there is none."""
+    return format(v, fmt) if isinstance(v, (int, float)) else "—"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ from typing import Any
 
 from perfsuite import baselines, runner_class
 from perfsuite.commands._common import check_locations, project_root
-from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT
+from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, num_cell
 
 
 def register(sub: Any) -> None:
@@ -138,9 +139,7 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
         # end to end (test_e2el), else decode only (test_tpot; runs before 2026-12-01 stored it as output throughput)
         tps = ei.get(OUTPUT_THROUGHPUT) or pi.get(DECODE_THROUGHPUT) or pi.get(OUTPUT_THROUGHPUT)
 
-        def f(v: Any) -> str:
-            return f"{v:.3f}" if isinstance(v, (int, float)) else "—"
-
+        f = functools.partial(num_cell, fmt=".3f")
         opts = str((pi.get("cell") or ti.get("cell") or ei.get("cell") or {}).get("options_hash") or "—")[:12]
         rows.append(f"{cell:<48} {opts:<12} {f(ti.get('median_ttft_ms')):>11} {f(pi.get(f'median_{step}_ms')):>11} "
                     f"{f(pi.get(f'p99_{step}_ms')):>11} {f(tps):>8} {mem / 2**20:>9.0f} "

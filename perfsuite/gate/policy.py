@@ -254,15 +254,9 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
 def load_config(pyproject: Any = None, **cli: Any) -> GateConfig:
     """``[tool.perfsuite.gate]`` of ``pyproject`` (default: the perfsuite pyproject.toml above the working
     directory; none = defaults), with non-None ``cli`` values (alpha, baseline_runs, ...) on top."""
-    import sys
     from pathlib import Path
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-
-    from perfsuite.config import find_pyproject
+    from perfsuite.config import find_pyproject, tomllib
 
     path = Path(pyproject) if pyproject else find_pyproject(Path.cwd())
     raw: dict[str, Any] = {}

@@ -10,17 +10,12 @@ Where the database is, first found wins: ``--db`` > ``$PERFSUITE_HISTORY`` > ``h
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
+from perfsuite.config import tomllib
 from perfsuite.history.ingest import IngestReport, ingest, parse_file
 from perfsuite.history.query import Finding, Point, SeriesKey, find_changes, points, primary_keys, series_keys
 from perfsuite.history.store import SCHEMA_VERSION, History, HistoryError, migrate, open_history
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 ENV = "PERFSUITE_HISTORY"
 

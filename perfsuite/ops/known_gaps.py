@@ -44,9 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 # Environment, environment and conditions_hold are also part of the known-gaps API (callers use them from here).
+from perfsuite.config import tomllib
 from perfsuite.ops.gap_conditions import LIBRARIES, WHEN_KEYS, Environment, conditions_hold, environment
 
 KEYS = ("op", "backend", "dtype", "shape_class")

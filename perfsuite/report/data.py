@@ -14,7 +14,7 @@ from perfsuite import changepoint as cpd
 from perfsuite.errors import UsageError
 from perfsuite.history import History, HistoryError, parse_file, query
 from perfsuite.history.ingest import Parsed, Result
-from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, pct
+from perfsuite.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, num_cell, pct
 
 
 @dataclass
@@ -210,10 +210,6 @@ def collect(db: History | None, *, runs: list[Path], ab: list[Path], ops: Path |
 # ----------------------------------------------------------------------------------- cells of both renderings
 def pct_cell(v: Any) -> str:
     return pct(v, missing="—")
-
-
-def num_cell(v: Any, fmt: str = ".3g") -> str:
-    return format(v, fmt) if isinstance(v, (int, float)) else "—"
 
 
 def tokens_per_s(row: dict[str, Any], key: str = "tokens_per_s") -> str:

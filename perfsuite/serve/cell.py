@@ -11,7 +11,6 @@ import contextlib
 import functools
 import random
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,16 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.cells import DTYPES, identity_hash, model_slug
+from perfsuite.config import tomllib
 from perfsuite.schema import Field, checked, first_unknown
 from perfsuite.serve.metrics import parse_goodput
 from perfsuite.serve.point import Point, point_from, run_point
 from perfsuite.serve.server import Server, ServerError, free_port, server_cpus, vllm_argv, vllm_env
 from perfsuite.serve.sweep import sweep_cell_point
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 BACKEND = "vllm-serve"
 _FIELDS = {  # the scalar keys; models, prefix_caching, points and goodput are read below

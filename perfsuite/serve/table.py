@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfsuite.serve.cell import BACKEND
-from perfsuite.vocabulary import LATENCIES
+from perfsuite.vocabulary import LATENCIES, num_cell
 
 COLUMNS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms", "request_throughput",
            "request_goodput")
@@ -24,10 +24,6 @@ def by_cell(data: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
         if cell.get("backend") == BACKEND and info.get("metric") in LATENCIES:
             out.setdefault(str(cell.get("id")), {})[info["metric"]] = b
     return out
-
-
-def _num(v: Any) -> str:
-    return format(v, ".3f") if isinstance(v, (int, float)) else "—"
 
 
 def _change(cur: Mapping[str, Any] | None, base: Mapping[str, Any] | None, metric: str) -> str:
@@ -53,13 +49,15 @@ def rows(current: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> l
         info = next(((tests[m].get("extra_info") or {}) for m in LATENCIES if m in tests), {})
         vals += [info.get("request_throughput"), info.get("request_goodput")]
         o = old.get(cid, {})
-        out.append(f"{cid:<64} " + " ".join(f"{_num(v):>{max(len(c), 9)}}" for c, v in zip(COLUMNS, vals, strict=True))
+        out.append(f"{cid:<64} " + " ".join(f"{num_cell(v, '.3f'):>{max(len(c), 9)}}"
+                                            for c, v in zip(COLUMNS, vals, strict=True))
                    + "".join(f" {_change(tests.get(m), o.get(m), m):>12}" for m in ("ttft", "tpot")))
         sw = info.get("sweep")
         if isinstance(sw, Mapping):
             knees.append(f"  {cid}: sweep {', '.join(f'{r:g}' for r in sw.get('rates', []))} req/s; knee "
-                         + (f"{sw['knee_rate']:g} req/s ({_num((sw.get('knee') or {}).get('request_throughput'))} "
-                            "req/s achieved)" if sw.get("knee_rate") is not None else "none")
+                         + (f"{sw['knee_rate']:g} req/s "
+                            f"({num_cell((sw.get('knee') or {}).get('request_throughput'), '.3f')} req/s achieved)"
+                            if sw.get("knee_rate") is not None else "none")
                          + f"; stopped {sw.get('stopped')}")
     return out + (["knee of each sweep (the highest load the server sustained; per start in extra_info):", *knees]
                   if knees else [])

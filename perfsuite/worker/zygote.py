@@ -15,6 +15,7 @@ Replies are demultiplexed by pid: a shared zygote runs the two workers of a lock
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -159,27 +160,21 @@ class Zygote:
                 self._sel.close()
                 self._sel = None
             for stream in (z.stdin, z.stdout):
-                try:
-                    if stream is not None:
+                if stream is not None:
+                    with contextlib.suppress(OSError):
                         stream.close()
-                except OSError:
-                    pass
 
 
 def _say_goodbye(z: subprocess.Popen[str]) -> None:
-    try:
-        assert z.stdin is not None
+    assert z.stdin is not None
+    with contextlib.suppress(OSError, ValueError):
         z.stdin.write(json.dumps({"op": "exit"}) + "\n")
         z.stdin.close()
-    except (OSError, ValueError):
-        pass
 
 
 def killpg(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
