@@ -133,6 +133,14 @@ def test_vllm_max_model_len_counts():
     assert why is not None and "backend option max_model_len = 4096 > its context of 2048" in why
 
 
+def test_vllm_llm_max_model_len_counts_too():
+    """vllm-llm passes max_model_len to the engine as vllm does: a length past the context is a skip before the
+    engine starts, not vLLM's error after it."""
+    why = models.check_fits(_cell(backend="vllm-llm", max_model_len=4096))
+    assert why is not None and "backend option max_model_len = 4096 > its context of 2048" in why
+    assert models.check_fits(_cell(backend="vllm-llm", max_model_len=1024)) is None
+
+
 @pytest.mark.parametrize(("config", "limit"), [
     ({"max_position_embeddings": 4096}, ("max_position_embeddings", 4096)),
     ({"n_positions": 1024, "n_ctx": 1024}, ("n_positions", 1024)),  # GPT-2
