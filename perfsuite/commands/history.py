@@ -17,6 +17,7 @@ import argparse
 import csv
 import io
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -152,9 +153,8 @@ def _show(db: Any, args: argparse.Namespace) -> int:
             current = k.runner_class
             print(f"\nseries of {current}:\n{'cell':{width}} {'value':22} {'points':>6} {'last':>10} {'median':>10}")
         pts = query.points(db, k)
-        vals = sorted(p.value for p in pts)
         print(f"{k.cell_id:{width}} {k.metric + ':' + k.name:22} {len(pts):>6} {pts[-1].value:>10.4g} "
-              f"{vals[len(vals) // 2]:>10.4g}")
+              f"{statistics.median(p.value for p in pts):>10.4g}")
     return 0
 
 

@@ -314,3 +314,17 @@ def test_runs_and_export_keep_to_the_runner_class_asked_for(tmp_path: Path) -> N
             assert rows and {r["runner_class"] for r in rows} == {rc}
         assert len(query.export_rows(db)) == sum(len(query.export_rows(db, runner_class=rc))
                                                  for rc in (REAL_CLASS, "cpu-intel-xeon-2c"))
+
+
+def test_cli_show_prints_the_median_of_an_even_number_of_runs(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs of the torch cell's TPOT, 1.0 and 3.0 ms: the median column says 2, not the upper middle value."""
+    real = load_real()
+    runs = [write(tmp_path, f"r{i}.json", variant(real, commit=f"{i}" * 40, day=i, tpot_ms=ms))
+            for i, ms in enumerate((1.0, 3.0))]
+    db = str(tmp_path / "h.sqlite")
+    assert cli(["history", "ingest", "--db", db, *map(str, runs)]) == 0
+    capsys.readouterr()
+    assert cli(["history", "show", "--db", db, "--cell", TORCH]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "median_tpot_ms" in line)
+    assert row.split()[-3:] == ["2", "3", "2"]  # points, last, median
