@@ -22,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # A shell without job control starts background jobs with SIGINT ignored, and every child inherits that:
         # the tests that press Ctrl-C on a child (a server, a tool, a worker, a run) would then wait for nothing.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    from perfsuite.ops.profiles import ProfileError, load_profile, register_profiles
+    from perfsuite.measure.ops.profiles import ProfileError, load_profile, register_profiles
 
     register_profiles()
     try:

@@ -2,7 +2,7 @@
 
 A complement to the end-to-end trials of benchmarks/gate_eval.py, which cannot reach a tight interval on a 1 %
 false-alarm rate in hours (0 alarms in n trials bounds the rate by about 3.7/n). Here each simulated trial is the
-product's own sequential loop (one ConfidenceSequence per gated metric at alpha/3, perfsuite.gate.sequential.decide
+product's own sequential loop (one ConfidenceSequence per gated metric at alpha/3, perfsuite.verdict.sequential.decide
 after every pair, stop at the first regression, when all metrics are decided, or at the pair budget), fed with pairs
 whose A and B processes are drawn at random from the per-process values of the committed baseline runs (TTFT, TPOT
 and E2EL of one process stay together). Drawing from runs recorded at different times puts drift between runs into
@@ -28,9 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfsuite.gate import sequential as seq  # noqa: E402
-from perfsuite.gate import values  # noqa: E402
-from perfsuite.gate.stats import binomial_interval  # noqa: E402
+from perfsuite.verdict import sequential as seq  # noqa: E402
+from perfsuite.verdict import values  # noqa: E402
+from perfsuite.verdict.stats import binomial_interval  # noqa: E402
 
 CELL = "torch-tiny-llama-float32-b1-p64-n32"
 METRICS = ("ttft", "tpot", "e2el")  # gated metrics of the cell (test_<metric>)

@@ -6,7 +6,7 @@
   each session was fed per generation.
 
 TTFT = one prefill, TPOT = mean decode step of a generation (host clock around the backend calls, as
-perfsuite.measure times them); the table shows medians over the timed generations.
+perfsuite.measure.loop times them); the table shows medians over the timed generations.
 
     python benchmarks/cells_side_by_side.py --suite vllm --generations 20
     python benchmarks/cells_side_by_side.py --suite ort --generations 20
@@ -44,9 +44,9 @@ SUITES: dict[str, list[dict]] = {
 
 
 def worker(spec: dict, args: argparse.Namespace, out: Path) -> None:
-    from perfsuite import models
-    from perfsuite.backends import create
-    from perfsuite.cells import Cell, Scenario
+    from perfsuite.facts import models
+    from perfsuite.facts.cells import Cell, Scenario
+    from perfsuite.measure.backends import create
 
     resolved = models.resolve(args.model)
     sc = Scenario("bench", args.batch_size, args.prompt_tokens, args.new_tokens)
@@ -80,7 +80,7 @@ def worker(spec: dict, args: argparse.Namespace, out: Path) -> None:
         info = be.info()
         extra = {}
         if cell.quantization == "awq":
-            from perfsuite.quant import awq
+            from perfsuite.measure.quant import awq
 
             a = awq.vllm_agreement(be, prompts, sc.new_tokens)
             extra["awq_agreement"] = {k: v for k, v in a.items() if k not in ("generated", "teacher_forced_top1")}

@@ -8,7 +8,7 @@ its tree (so it imports that tree's code), torch tiny-llama cell, as the nightly
 collected interleaved in a random order, so machine drift falls on both alike.
 
   collect   run N_A nightlies of A and N_B of B (resumable: adds to what DIR has)
-  evaluate  build series through the product (perfsuite.history: ingest, then change points) and measure:
+  evaluate  build series through the product (perfsuite.orchestrate.history: ingest, then change points) and measure:
             * delay: disjoint trials, each PRE A-nights then POST B-nights added one night at a time; nights until
               a regression change point at the step (+-1) is reported
             * A/A: all A nights replayed in order, one night at a time, as the nightly job does; distinct false
@@ -40,9 +40,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfsuite import changepoint as cpd  # noqa: E402
-from perfsuite import history  # noqa: E402
-from perfsuite.history import query  # noqa: E402
+from perfsuite.orchestrate import history  # noqa: E402
+from perfsuite.orchestrate.history import query  # noqa: E402
+from perfsuite.verdict import changepoint as cpd  # noqa: E402
 
 INJECT_ENV = "PERFSUITE_INJECT_DECODE_SLOWDOWN"
 CELL = "torch-tiny-llama-float32-b1-p64-n32"

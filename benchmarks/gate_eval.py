@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKEND_FILE = "perfsuite/backends/torch_backend.py"
+BACKEND_FILE = "perfsuite/measure/backends/torch_backend.py"
 DECODE_HEAD = '''    @torch.inference_mode()
     def decode(self, state: _State) -> StepResult:
         out = self.model(input_ids=state.last[:, None], past_key_values=state.past, use_cache=True)
@@ -115,7 +115,7 @@ def _record(tree: Path, runs: int) -> None:
 def _drop_class_baselines(tree: Path) -> None:
     """Remove this machine's runner class's committed baselines from ``tree`` (``trees --fresh``), so that the
     campaign's baselines are only the runs it records, as on a class with no baselines yet."""
-    from perfsuite import runner_class
+    from perfsuite.machine import runner_class
 
     name = runner_class.detect("cpu")[0]
     if (tree / "baselines" / name).is_dir():
@@ -151,7 +151,7 @@ def cmd_trees(out: Path, record: int = 0, fresh: bool = False) -> None:
             if "burn_for" in new:
                 src = src.replace("import torch\n", "import time\n\nimport torch\n", 1)
                 src = src.replace("from perfsuite import memory\n",
-                                  "from perfsuite import memory\nfrom perfsuite.backends.inject import burn_for\n", 1)
+                                  "from perfsuite import memory\nfrom perfsuite.measure.backends.inject import burn_for\n", 1)
             f.write_text(src)
             git("commit", "-qam", f"regression for gate evaluation: {msg}", cwd=tree)
         print(f"{tree}: {git('log', '-1', '--format=%h %s', cwd=tree)}")
@@ -176,8 +176,8 @@ def cmd_true_size(out: Path, gens: int, names: list[str]) -> None:
 
     import numpy as np
 
-    from perfsuite import models
-    from perfsuite.cells import Cell, Scenario
+    from perfsuite.facts import models
+    from perfsuite.facts.cells import Cell, Scenario
 
     resolved = models.resolve("tiny-llama")
     cell = dataclasses.replace(Cell("torch", "tiny-llama", "float32", Scenario("short", 1, 64, 32)),
@@ -383,8 +383,8 @@ def cmd_trials(out: Path, plan: str, seed: int | None, cotenant: float = 0.0) ->
 def cmd_reeval(out: Path, overrides: list[str]) -> None:
     """The same pytest trials (their kept run JSONs) decided again under other gate settings, e.g. a min_run_cv
     floor measured separately: a paired comparison of settings on identical measurements, not new trials."""
-    from perfsuite import baselines
-    from perfsuite.gate import GateSession, parse_config
+    from perfsuite.orchestrate import baselines
+    from perfsuite.verdict import GateSession, parse_config
 
     # the A tree's folder: named with the CPU tier since issue 17, without it in trees checked out before
     base_dir = next((d for d in (out / "A" / "baselines" / n for n in ("cpu-intel-xeon-amx-2c", "cpu-intel-xeon-2c"))
@@ -488,7 +488,7 @@ def _sd_cell(rs: list[dict[str, Any]]) -> str:
 def _replay(d: list[float], alpha: float, final_share: float) -> tuple[str, int]:
     """The TPOT verdict of ``d`` (per-pair log(B/A)) under the A/B's rule with ``final_share`` of alpha kept for a
     close at the last pair (0: the sequence alone, the rule before c5028be): (kind, pairs used)."""
-    from perfsuite.gate import sequential
+    from perfsuite.verdict import sequential
 
     tau, eps = math.log1p(0.01), math.log1p(0.02)  # ab_threshold and ab_margin defaults
     cs = sequential.ConfidenceSequence(alpha, final_share=final_share)
@@ -639,8 +639,8 @@ def cmd_report(out: Path) -> None:
 
 def main() -> None:
     # Started with `&` from a script (`nohup ... &`), a process inherits SIGINT *ignored*: `kill -INT` then stopped
-    # nothing (2026-12-04). perfsuite.signals.stoppable gives Ctrl-C back, and SIGTERM the same path.
-    from perfsuite.signals import stoppable
+    # nothing (2026-12-04). perfsuite.machine.signals.stoppable gives Ctrl-C back, and SIGTERM the same path.
+    from perfsuite.machine.signals import stoppable
 
     with stoppable():
         _main()

@@ -23,8 +23,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfsuite import devicemem, doctor, roofline, roofline_cache  # noqa: E402
-from perfsuite.doctor.report import render  # noqa: E402
+from perfsuite.machine import devicemem, doctor  # noqa: E402
+from perfsuite.machine.doctor.report import render  # noqa: E402
+from perfsuite.machine.roofline import cache as roofline_cache  # noqa: E402
+from perfsuite.machine.roofline import core as roofline  # noqa: E402
 
 GiB = 2**30
 OTHER_PROCESS = ("import sys, time, torch; n = int(sys.argv[1]); x = torch.empty(n, dtype=torch.uint8, device='cuda');"
@@ -123,11 +125,11 @@ def check_decode_roofline(torch: Any, lines: list[str], bandwidth: float, flops:
                           prompt: int = 512, new: int = 64) -> dict[str, Any]:
     """A Llama-shaped model (random weights built on the device: no download), batch 1, ``prompt`` tokens then
     ``new`` tokens; each decode step timed (CUDA events on a GPU); the median step gives the roofline
-    (perfsuite.roofline.annotate)."""
+    (perfsuite.machine.roofline.core.annotate)."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from perfsuite.cells import Cell, Scenario
-    from perfsuite.models import PRESETS
+    from perfsuite.facts.cells import Cell, Scenario
+    from perfsuite.facts.models import PRESETS
 
     cfg_dict = dict(PRESETS[model_name].config)
     cfg = LlamaConfig(**{k: v for k, v in cfg_dict.items() if k != "model_type"})

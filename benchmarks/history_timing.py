@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfsuite import history  # noqa: E402
 from perfsuite.cli import main as cli  # noqa: E402
-from perfsuite.history import query  # noqa: E402
+from perfsuite.orchestrate import history  # noqa: E402
+from perfsuite.orchestrate.history import query  # noqa: E402
 
 TEMPLATE = ROOT / "tests" / "history" / "data" / "run_cpu-intel-xeon-2c_smoke.json"
 

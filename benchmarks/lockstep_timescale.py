@@ -6,7 +6,7 @@ when its 5 + 5 generations are one block after the other (a sequential pair) or 
   python benchmarks/lockstep_timescale.py analyse OUT.json
 
 Both halves of a "pair" come from one process here, so per-process effects are absent: this isolates the drift
-between the two halves' time windows, which is what lockstep pairs (perfsuite/lockstep.py) cancel.
+between the two halves' time windows, which is what lockstep pairs (perfsuite/measure/lockstep.py) cancel.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import numpy as np
 
 
 def measure(gens: int, out: Path) -> None:
-    from perfsuite import measure as m
-    from perfsuite import models
-    from perfsuite.backends import create
-    from perfsuite.worker.job import cell_from_dict
+    from perfsuite.facts import models
+    from perfsuite.measure import loop as m
+    from perfsuite.measure.backends import create
+    from perfsuite.measure.worker.job import cell_from_dict
 
-    raw = subprocess.check_output([sys.executable, "-m", "perfsuite.worker", "plan",
+    raw = subprocess.check_output([sys.executable, "-m", "perfsuite.measure.worker", "plan",
                                    json.dumps({"profile": "smoke", "backend": "torch"})], text=True)
     cell = cell_from_dict(json.loads(raw.strip().splitlines()[-1])["cells"][0])
     res = models.resolve(cell.model, None)

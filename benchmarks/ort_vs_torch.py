@@ -10,9 +10,9 @@ import tempfile
 import time
 
 os.environ["PERFSUITE_CACHE_DIR"] = tempfile.mkdtemp(prefix="ps-measure-")  # fresh: export is timed for real
-from perfsuite import models
-from perfsuite.backends import create
-from perfsuite.cells import Cell, Scenario
+from perfsuite.facts import models
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.measure.backends import create
 
 sc = Scenario("m", 1, 64, 32)
 path = models.resolve("tiny-llama").path

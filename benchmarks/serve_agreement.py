@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as st
 
-from perfsuite.serve import promcheck, wirecap
-from perfsuite.serve.cell import started_server
-from perfsuite.serve.load import parse_load
-from perfsuite.serve.point import point_from, run_point
-from perfsuite.serve.server import Server, free_port, server_cpus
+from perfsuite.measure.serving import promcheck, wirecap
+from perfsuite.measure.serving.cell import started_server
+from perfsuite.measure.serving.load import parse_load
+from perfsuite.measure.serving.point import point_from, run_point
+from perfsuite.measure.serving.server import Server, free_port, server_cpus
 
 VLLM_BENCH = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
               "from vllm.utils.argparse_utils import FlexibleArgumentParser; p = FlexibleArgumentParser(); "
@@ -92,8 +92,8 @@ def serving(a: argparse.Namespace, tmp: Path) -> Iterator[tuple[Server, str, int
         with started_server(a.model, log_dir=tmp) as (srv, name, vocab, cache):
             yield srv, name, vocab, cache, Path(srv.argv[srv.argv.index("--model") + 1])
         return
-    from perfsuite import models
-    from perfsuite.serve import tokenizer
+    from perfsuite.facts import models
+    from perfsuite.measure.serving import tokenizer
 
     fake = Path(__file__).parents[1] / "tests" / "serve" / "fake_server.py"
     port = free_port()
@@ -173,10 +173,10 @@ def main() -> int:
     ap.add_argument("--stub", nargs=2, type=float, metavar=("TTFT_S", "ITL_S"),
                     help="measure against the stub server streaming with these delays instead of vLLM's")
     ap.add_argument("--wire", action="store_true",
-                    help="also time each run's TTFT on the loopback (perfsuite.serve.wirecap; needs CAP_NET_RAW)")
+                    help="also time each run's TTFT on the loopback (perfsuite.measure.serving.wirecap; needs CAP_NET_RAW)")
     ap.add_argument("--no-pin-clients", dest="pin_clients", action="store_false",
                     help="leave both clients where the kernel puts them (default: both on the cores the server does "
-                         "not have, perfsuite.serve.server.server_cpus)")
+                         "not have, perfsuite.measure.serving.server.server_cpus)")
     a = ap.parse_args()
     if a.wire and (why := wirecap.available()):
         ap.error(f"--wire: {why}")
@@ -288,7 +288,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from perfsuite.signals import stoppable  # kill -INT / -TERM end it with its server and clients
+    from perfsuite.machine.signals import stoppable  # kill -INT / -TERM end it with its server and clients
 
     with stoppable():
         sys.exit(main())

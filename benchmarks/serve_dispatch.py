@@ -70,7 +70,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from perfsuite.signals import stoppable  # kill -INT / -TERM end it with its server and clients
+    from perfsuite.machine.signals import stoppable  # kill -INT / -TERM end it with its server and clients
 
     with stoppable():
         main()

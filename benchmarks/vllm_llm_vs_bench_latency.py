@@ -51,7 +51,7 @@ main()
 
 def model_dir() -> Path:
     """tiny-llama's shape with a 32 000-token vocabulary (the issue's model), materialised like a preset."""
-    from perfsuite import models
+    from perfsuite.facts import models
 
     base = models.PRESETS["tiny-llama"]
     preset = models.Preset("tiny-llama-32k", base.architecture, {**base.config, "vocab_size": 32000}, tiny=True,
@@ -89,9 +89,9 @@ def run_ours(args: argparse.Namespace, model: Path, env: dict[str, str]) -> tupl
 
 def worker(args: argparse.Namespace) -> None:
     """One side of the comparison, in a fresh interpreter: the vllm-llm backend, timed as bench latency times."""
-    from perfsuite import models
-    from perfsuite.backends.vllm_llm import VllmLlmBackend
-    from perfsuite.cells import Cell, Scenario
+    from perfsuite.facts import models
+    from perfsuite.facts.cells import Cell, Scenario
+    from perfsuite.measure.backends.vllm_llm import VllmLlmBackend
 
     opts: list[tuple[str, object]] = [("temperature", args.temperature)]
     if args.enforce_eager:

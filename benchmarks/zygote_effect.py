@@ -36,17 +36,17 @@ def main() -> None:
                    "block between two fresh zygotes of this tree (as one perfsuite ab run)")
     p.add_argument("--pairs", type=int, default=15, help="lockstep pairs per block")
     p.add_argument("--hashseed", default=None, help="PYTHONHASHSEED of every zygote (default: Python's random one)")
-    p.add_argument("--fixed-layout", action="store_true", help="zygotes without ASLR (perfsuite.worker.layout)")
+    p.add_argument("--fixed-layout", action="store_true", help="zygotes without ASLR (perfsuite.measure.worker.layout)")
     p.add_argument("--shared", action="store_true", help="blocks: one zygote for both sides of every pair "
-                   "(perfsuite.worker.pool.pair_pools, as ab's default), fresh per block")
+                   "(perfsuite.measure.worker.pool.pair_pools, as ab's default), fresh per block")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, required=True)
     args = p.parse_args()
 
-    from perfsuite import scheduler
-    from perfsuite.cells import cell_from_dict
-    from perfsuite.vocabulary import TIMED as METRICS
-    from perfsuite.worker import pool
+    from perfsuite.facts.cells import cell_from_dict
+    from perfsuite.facts.vocabulary import TIMED as METRICS
+    from perfsuite.measure import scheduler
+    from perfsuite.measure.worker import pool
 
     side = pool.this_side()
     env = ((("OMP_NUM_THREADS", str(args.threads)),) if args.threads else ()) + \
@@ -100,9 +100,9 @@ def blocks(args: argparse.Namespace, side: object, cell: object, plan: dict, pre
            rng: random.Random) -> None:
     """Lockstep A/A pairs in blocks; every block has two fresh zygotes. Pairs that are independent draws around 0
     make the block means' z (trimmed mean over its Yuen SE) ~ N(0, 1); a per-block offset inflates var(z)."""
-    from perfsuite import scheduler
-    from perfsuite.vocabulary import TIMED as METRICS
-    from perfsuite.worker import pool
+    from perfsuite.facts.vocabulary import TIMED as METRICS
+    from perfsuite.measure import scheduler
+    from perfsuite.measure.worker import pool
 
     d_blocks: list[list[float]] = []
     t0 = time.monotonic()

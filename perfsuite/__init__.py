@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from perfsuite.cells import Cell, Scenario
-from perfsuite.config import ConfigError, PerfConfig, Profile, Settings
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.facts.config import ConfigError, PerfConfig, Profile, Settings
 
 __all__ = ["Cell", "ConfigError", "PerfConfig", "Profile", "Scenario", "Settings", "__version__"]

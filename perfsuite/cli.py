@@ -1,4 +1,4 @@
-"""``perfsuite <command>``: each command is a module in perfsuite/commands with register() and main()."""
+"""``perfsuite <command>``: each command is a module in perfsuite/adapters/cli with register() and main()."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import importlib
 import pkgutil
 import sys
 
-import perfsuite.commands
-from perfsuite.errors import UsageError
+import perfsuite.adapters.cli
+from perfsuite.facts.errors import UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfsuite", description="LLM inference performance regression suite")
     parser.add_argument("--version", action="version", version=f"perfsuite {perfsuite.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in sorted(pkgutil.iter_modules(perfsuite.commands.__path__), key=lambda m: m.name):
+    for mod in sorted(pkgutil.iter_modules(perfsuite.adapters.cli.__path__), key=lambda m: m.name):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"perfsuite.commands.{mod.name}").register(sub)
+            importlib.import_module(f"perfsuite.adapters.cli.{mod.name}").register(sub)
     return parser
 
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
-    from perfsuite.signals import sigterm_as_interrupt
+    from perfsuite.machine.signals import sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt():  # `timeout`, kill, a cancelled CI job: the Ctrl-C path, which cleans up
@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:  # each command has stopped its processes on the way out (perfsuite.external, pool)
-        from perfsuite.signals import Terminated
+    except KeyboardInterrupt as exc:  # each command has stopped its processes on the way out (perfsuite.machine.external, pool)
+        from perfsuite.machine.signals import Terminated
 
         term = isinstance(exc, Terminated)
         print(f"perfsuite {args.command}: {'terminated (SIGTERM)' if term else 'interrupted'}", file=sys.stderr)

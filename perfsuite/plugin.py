@@ -1,7 +1,7 @@
 """pytest plugin (entry point ``pytest11: perfsuite``). Imports nothing heavy: backends load inside fixtures.
 
-This module declares the options and forwards each hook and fixture to perfsuite.pytest_session, which builds and
-runs the typed session (perfsuite.session); the outcomes (``pytest.UsageError``, ``pytest.exit``, a failed or
+This module declares the options and forwards each hook and fixture to perfsuite.adapters.pytest.hooks, which builds and
+runs the typed session (perfsuite.orchestrate.session); the outcomes (``pytest.UsageError``, ``pytest.exit``, a failed or
 skipped test) are raised here, or, for a gate verdict, in the test itself (pytest_session.enforce).
 
 Path from an option to a verdict: ``pytest_addoption`` -> ``pytest_configure`` resolves :class:`Settings`
@@ -9,7 +9,7 @@ Path from an option to a verdict: ``pytest_addoption`` -> ``pytest_configure`` r
 ``pytest_generate_tests`` parametrizes ``perf_cell`` with the profile's cells -> the first ``perf`` fixture has
 every selected cell measured in fresh worker processes (harness.measure_plan; the workers time, this process
 only spawns, orders and collects) -> harness.PerfRun records the workers' rounds in pytest-benchmark and asks the
-gate (perfsuite.gate) for a verdict -> ``pytest_sessionfinish`` records a baseline, atomically, only when asked
+gate (perfsuite.verdict) for a verdict -> ``pytest_sessionfinish`` records a baseline, atomically, only when asked
 and only if the whole run passed.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from perfsuite import pytest_session as ps
-from perfsuite.session import SESSION_KEY, PerfSession
+from perfsuite.adapters.pytest import hooks as ps
+from perfsuite.orchestrate.session import SESSION_KEY, PerfSession
 
 _OPTIONS = (
     # flag, ini/env suffix, help
@@ -60,7 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("perfsuite_fail_on_inconclusive", "fail inconclusive gate verdicts", type="bool", default=False)
     group.addoption("--perf-gate-json", dest="perf_gate_json", default=None, metavar="PATH",
                     help="with --benchmark-compare: also write every gate verdict to PATH as JSON (for CI artifacts)")
-    from perfsuite.confirm import options
+    from perfsuite.adapters.pytest import confirm_options as options
 
     options.add(group, parser)
 
@@ -128,7 +128,7 @@ def perf_measurements(request: pytest.FixtureRequest, perf_session: PerfSession)
 
 @pytest.fixture
 def perf(perf_session: PerfSession, perf_measurements: dict[str, Any], perf_cell: Any) -> Any:
-    from perfsuite.harness import PerfRun
+    from perfsuite.orchestrate.plan import PerfRun
 
     res = perf_measurements.get(perf_cell.id)
     if res is None:  # pragma: no cover - every collected cell is planned
@@ -150,7 +150,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = session.config.stash.get(SESSION_KEY, None)
     if perf is None or perf.baseline_json is None:
         return
-    from perfsuite.recording import finish_recording
+    from perfsuite.orchestrate.recording import finish_recording
 
     if not finish_recording(perf, int(exitstatus), bool(session.testsfailed)):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from perfsuite import abloop
-from perfsuite.gate.sequential import ConfidenceSequence
+from perfsuite.orchestrate import abloop
+from perfsuite.verdict.sequential import ConfidenceSequence
 
 
 class Clock:

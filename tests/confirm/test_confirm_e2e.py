@@ -260,6 +260,6 @@ def workers_under(root: Path) -> list[int]:
     out = []
     for p in psutil.process_iter(["cmdline", "cwd"]):
         cmd, cwd = " ".join(p.info["cmdline"] or []), p.info["cwd"] or ""
-        if "perfsuite.worker" in cmd and cwd.startswith(str(root)):
+        if "perfsuite.measure.worker" in cmd and cwd.startswith(str(root)):
             out.append(p.pid)
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfsuite.confirm import machine
+from perfsuite.orchestrate.confirm import machine
 
 XEON = {"perfsuite": {"cpu_model": "Intel(R) Xeon(R) Processor", "torch_version": "2.13.0+cpu",
                       "doctor": {"cpu": {"flags": ["avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_bf16", "fma"]}},

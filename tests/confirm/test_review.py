@@ -1,15 +1,15 @@
 """The per-test glue: a test's stored-baseline verdicts plus the session's findings -> its failure message and
-warnings (perfsuite.confirm.session.Confirmation.review), with injected verdicts and findings."""
+warnings (perfsuite.orchestrate.confirm.session.Confirmation.review), with injected verdicts and findings."""
 
 from __future__ import annotations
 
 import re
 
-from perfsuite.confirm.config import ConfirmConfig
-from perfsuite.confirm.decision import Finding
-from perfsuite.confirm.session import Confirmation
-from perfsuite.gate.verdict import Verdict
-from perfsuite.session import GateDrift, GateUnconfirmed
+from perfsuite.orchestrate.confirm.session import Confirmation
+from perfsuite.orchestrate.session import GateDrift, GateUnconfirmed
+from perfsuite.verdict.confirm_config import ConfirmConfig
+from perfsuite.verdict.confirm_decision import Finding
+from perfsuite.verdict.decide import Verdict
 
 NODE = "tests/perf/test_latency.py::test_tpot[c]"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.confirm.session import baseline_commit
-from perfsuite.confirm.worktree import CannotConfirm, check_commit, temporary_worktree, toplevel
+from perfsuite.orchestrate.confirm.session import baseline_commit
+from perfsuite.orchestrate.confirm.worktree import CannotConfirm, check_commit, temporary_worktree, toplevel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_worktree_is_gone_after_a_failure(repo: tuple[Path, str, str]) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_worktree_is_gone_after_sigint(repo: tuple[Path, str, str], tmp_path: Path, sig: int) -> None:
     r, first, _ = repo
-    script = ("import sys, time\nfrom pathlib import Path\nfrom perfsuite.confirm.worktree import temporary_worktree\n"
+    script = ("import sys, time\nfrom pathlib import Path\nfrom perfsuite.orchestrate.confirm.worktree import temporary_worktree\n"
               f"with temporary_worktree(Path({str(r)!r}), {first!r}) as t:\n"
               "    print(t, flush=True)\n    time.sleep(120)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -77,7 +77,7 @@ def test_worktree_is_gone_after_sigint(repo: tuple[Path, str, str], tmp_path: Pa
     assert tree.is_dir() and worktrees(r) == 2
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    # SIGTERM arrives as perfsuite.signals.Terminated, a KeyboardInterrupt: the Ctrl-C path
+    # SIGTERM arrives as perfsuite.machine.signals.Terminated, a KeyboardInterrupt: the Ctrl-C path
     assert proc.returncode != 0 and ("KeyboardInterrupt" in err or "signals.Terminated: signal 15" in err), err
     assert not tree.parent.exists() and worktrees(r) == 1
 
@@ -111,7 +111,7 @@ def test_baselines_without_a_commit() -> None:
 
 def test_sigint_during_cleanup_waits_for_it(repo: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A second Ctrl-C while the worktree is being removed is held back until the removal is done."""
-    from perfsuite.confirm import worktree
+    from perfsuite.orchestrate.confirm import worktree
 
     r, first, _ = repo
     real = worktree._git

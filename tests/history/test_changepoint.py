@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from perfsuite import changepoint as cpd
-from perfsuite import history
 from perfsuite.cli import main as cli
-from perfsuite.history import query
+from perfsuite.orchestrate import history
+from perfsuite.orchestrate.history import query
+from perfsuite.verdict import changepoint as cpd
 
 
 def _brute_best(z: np.ndarray, min_size: int) -> tuple[int, float]:

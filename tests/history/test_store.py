@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from history_fixtures import REAL_CLASS, REAL_RUN, TORCH, load_real, variant, write
 
-from perfsuite import history
 from perfsuite.cli import main as cli
-from perfsuite.history import query, store
+from perfsuite.orchestrate import history
+from perfsuite.orchestrate.history import query, store
 
 
 def _count(db_path: Path) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """Operator shape tests: hypothesis profile, runner class, known gaps, and a summary of new/known/fixed gaps.
 
 The hypothesis profile is ``--hypothesis-profile`` (once the root conftest registers ours, see
-perfsuite/ops/profiles.py) or ``PERFSUITE_HYPOTHESIS_PROFILE`` (default ``ci``).
+perfsuite/measure/ops/profiles.py) or ``PERFSUITE_HYPOTHESIS_PROFILE`` (default ``ci``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from perfsuite.ops import known_gaps, profiles
+from perfsuite.measure.ops import known_gaps, profiles
 
 profiles.register_profiles()
 if not os.environ.get("_PERFSUITE_OPS_PROFILE_FROM_CLI"):
@@ -59,7 +59,7 @@ INJECTED_FIX = "under injected CPU flags this CPU's kernels ran, not the injecte
 
 def _runner_class(config: pytest.Config) -> str:
     """The perf suite's runner class: --perf-runner-class > PERFSUITE_RUNNER_CLASS > ini > detected (CPU)."""
-    from perfsuite import config as cfg
+    from perfsuite.facts import config as cfg
 
     try:
         override = cfg.pick(config.getoption("perf_runner_class"), "PERFSUITE_RUNNER_CLASS",
@@ -68,7 +68,7 @@ def _runner_class(config: pytest.Config) -> str:
         override = None
     if override:
         return str(override)
-    from perfsuite.runner_class import detect
+    from perfsuite.machine.runner_class import detect
 
     try:
         return detect("cpu")[0]

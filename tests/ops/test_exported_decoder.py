@@ -1,6 +1,6 @@
 """The ONNX Runtime backend's exported decoder over drawn (batch, seq, past) shapes, against torch.
 
-Catches an export specialised to its dummy shape. Needs the export (perfsuite/backends/onnxruntime/export.py);
+Catches an export specialised to its dummy shape. Needs the export (perfsuite/measure/backends/onnxruntime/export.py);
 the first run builds and caches it (~tens of seconds on 2 cores), later runs load it.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import event, example, given, settings
 
-from perfsuite.ops.decoder_sweep import CANONICAL, decoder_cases
+from perfsuite.measure.ops.decoder_sweep import CANONICAL, decoder_cases
 
 try:
-    from perfsuite.backends.onnxruntime import export as _export  # noqa: F401
+    from perfsuite.measure.backends.onnxruntime import export as _export  # noqa: F401
     _MISSING = None
 except ImportError as exc:  # the ORT backend not present in this checkout
-    _MISSING = f"perfsuite.backends.onnxruntime.export not importable: {exc}"
+    _MISSING = f"perfsuite.measure.backends.onnxruntime.export not importable: {exc}"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def harness():
     if _MISSING:
         pytest.skip(_MISSING)
     pytest.importorskip("onnxruntime")
-    from perfsuite.ops.decoder_sweep import DecoderHarness
+    from perfsuite.measure.ops.decoder_sweep import DecoderHarness
 
     return DecoderHarness("tiny-llama", "float32")
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import event, example, given, settings, target
 from hypothesis import strategies as st
 
-from perfsuite.ops import known_gaps, registry, runner
-from perfsuite.ops.shapes import SHAPE_CLASSES, canonical, llm_shapes
+from perfsuite.measure.ops import known_gaps, registry, runner
+from perfsuite.measure.ops.shapes import SHAPE_CLASSES, canonical, llm_shapes
 
 BOUNDS = "small"
 CANON = [s for shapes in canonical(BOUNDS).values() for s in shapes]
@@ -70,7 +70,7 @@ def test_op_compiled(op, shape, ops_gaps):
 
 @pytest.fixture(scope="module")
 def worker():
-    from perfsuite.ops.worker import Worker
+    from perfsuite.measure.ops.worker import Worker
 
     with Worker(timeout_s=120) as w:
         yield w

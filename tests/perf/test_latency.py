@@ -2,7 +2,7 @@
 
 Ids read as the cell: ``test_tpot[torch-tiny-llama-float32-b1-p64-n32]``. pytest-benchmark's statistics are
 per-token latencies: one round is one prefill (TTFT), one decode step (TPOT) or one generation (E2EL).
-The values are timed in fresh worker processes (perfsuite.harness); these tests record them and gate them.
+The values are timed in fresh worker processes (perfsuite.orchestrate.plan); these tests record them and gate them.
 """
 
 import pytest

@@ -8,17 +8,17 @@ start. The smoke profile has no serving points: these tests are then not collect
 
 import pytest
 
-from perfsuite.cells import param_of
-from perfsuite.serve import cell as serve_cell
-from perfsuite.serve import record
-from perfsuite.session import SESSION_KEY
+from perfsuite.adapters.pytest import serving as record
+from perfsuite.facts.cells import param_of
+from perfsuite.measure.serving import cell as serve_cell
+from perfsuite.orchestrate.session import SESSION_KEY
 
 pytestmark = [pytest.mark.perf, pytest.mark.slow]
 
 
 def _conf(config: pytest.Config) -> serve_cell.ServingConfig:
     session = config.stash[SESSION_KEY]
-    from perfsuite import config as cfg
+    from perfsuite.facts import config as cfg
 
     try:
         return serve_cell.load(cfg.find_pyproject(session.settings.config.root), session.settings.profile.name)
@@ -39,7 +39,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def serve_measurements(request, perf_session):
     """Every selected serving cell, measured once per session (each server start runs all its points)."""
-    from perfsuite import preflight
+    from perfsuite.machine import preflight
 
     conf = _conf(request.config)
     cells = {}

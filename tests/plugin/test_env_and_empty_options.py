@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import precheck
+from perfsuite.machine import precheck
 
 ROOT = Path(__file__).resolve().parents[2]
 

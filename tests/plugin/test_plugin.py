@@ -172,7 +172,7 @@ def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project, 
     assert "min() arg is an empty sequence" not in out
     assert not (p.path / "baselines").exists() or not any((p.path / "baselines").rglob("*.json"))
     time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", f"perfsuite.worker.*{p.path}|{p.path}.*perfsuite.worker"],
+    left = subprocess.run(["pgrep", "-f", f"perfsuite.measure.worker.*{p.path}|{p.path}.*perfsuite.measure.worker"],
                           capture_output=True, text=True).stdout.split()
     assert not left
     assert not list(tmp.glob("perfsuite-workers-*")), "a worker folder outlived the interrupted run"
@@ -241,7 +241,7 @@ def test_bad_options_and_config_are_usage_errors(project):
 def test_recording_refuses_before_measuring(project):
     """Read-only baselines, another run of the suite holding the machine, or a malformed calibration knob: one
     usage error before anything is measured, nothing written."""
-    from perfsuite import preflight
+    from perfsuite.machine import preflight
 
     p = project(n=3, g=2)
     pyproject = p.path / "pyproject.toml"
@@ -307,7 +307,7 @@ def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
             aside.rename(cls)
     assert [f.name[:4] for f in stored()] == [f"{k:04d}" for k in range(1, 7)], stored()
     res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
-                                 "-W", "default::perfsuite.session.GateInconclusive")
+                                 "-W", "default::perfsuite.orchestrate.session.GateInconclusive")
     out = res.stdout.str()
     assert "perfsuite regression gate" in out
     os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"] = "10"
@@ -331,7 +331,7 @@ def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
     os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"] = "10"
     try:
         res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
-                                     "-W", "default::perfsuite.session.GateInconclusive")
+                                     "-W", "default::perfsuite.orchestrate.session.GateInconclusive")
         out = res.stdout.str()
         assert res.ret == 0 and "GateInconclusive" in out and "record more baseline runs" in out, out
         res = run(p, "--benchmark-compare", "--perf-fail-on-inconclusive")

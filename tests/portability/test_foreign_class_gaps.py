@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import capabilities
-from perfsuite.ops import known_gaps, registry, runner
-from perfsuite.ops.shapes import Shape
-from perfsuite.runner_class import detect
+from perfsuite.machine import capabilities
+from perfsuite.machine.runner_class import detect
+from perfsuite.measure.ops import known_gaps, registry, runner
+from perfsuite.measure.ops.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[2]
 

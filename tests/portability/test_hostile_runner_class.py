@@ -77,7 +77,7 @@ def test_hostile_runner_class_with_update_baselines_is_a_usage_error(project, mo
 
 # ---- a machine whose baselines sit under its pre-tier class name, and injected CPU flags -------------------------
 def _legacy_store(project) -> tuple[str, str]:
-    from perfsuite.runner_class import detect
+    from perfsuite.machine.runner_class import detect
 
     rc, facts = detect("cpu")
     old = project.path / "baselines" / facts["legacy_runner_class"]

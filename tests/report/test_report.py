@@ -68,7 +68,7 @@ def test_markdown_summary_names_what_needs_attention(report_dir: Path) -> None:
 
 
 def test_a_decode_only_throughput_says_so() -> None:
-    from perfsuite.report.data import tokens_per_s
+    from perfsuite.orchestrate.report.data import tokens_per_s
 
     decode = {"tokens_per_s": 529.4, "tokens_per_s_kind": "decode", "tokens_per_s_per_gib": 1200.0}
     assert tokens_per_s(decode) == "529 (decode)" and tokens_per_s(decode, "tokens_per_s_per_gib") == "1200 (decode)"

@@ -18,7 +18,7 @@ from serve_stub import Stub
 
 def main() -> None:
     port, mode = int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "ok"
-    from perfsuite.serve.server import _die_with_parent  # as vLLM's engine core: it ends with its API server
+    from perfsuite.measure.serving.server import _die_with_parent  # as vLLM's engine core: it ends with its API server
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], preexec_fn=_die_with_parent)
     print(f"fake server: child {child.pid}", flush=True)

@@ -1,8 +1,8 @@
-"""perfsuite.serve.cell.started_server replaced by the in-thread stub server (serve_stub.Stub): serving cells,
+"""perfsuite.measure.serving.cell.started_server replaced by the in-thread stub server (serve_stub.Stub): serving cells,
 ``perfsuite calibrate`` and ab's serving replicates run against it in seconds. Its delays and capacity come from
 STUB_TTFT_S, STUB_ITL_S and STUB_MAX_INFLIGHT (env), so two A/B sides can run servers that differ.
 
-As a program it is a side's "python" for ab: ``-m perfsuite.serve.replicate ...`` runs with the stub patched in;
+As a program it is a side's "python" for ab: ``-m perfsuite.measure.serving.replicate ...`` runs with the stub patched in;
 anything else is handed to the real interpreter unchanged."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class _Proc:
 
 
 class StubServer:
-    """What serving cells use of a perfsuite.serve.server.Server."""
+    """What serving cells use of a perfsuite.measure.serving.server.Server."""
 
     def __init__(self, stub: Stub) -> None:
         self.stub, self.name, self.start_s, self.proc = stub, f"stub server (port {stub.port})", 0.0, _Proc()
@@ -49,9 +49,9 @@ def started_stub(model: str, *, cache_dir: Path | None = None, **_: Any) -> Iter
 
 
 def main() -> int:
-    if sys.argv[1:3] != ["-m", "perfsuite.serve.replicate"]:
+    if sys.argv[1:3] != ["-m", "perfsuite.measure.serving.replicate"]:
         os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
-    from perfsuite.serve import cell, replicate
+    from perfsuite.measure.serving import cell, replicate
 
     cell.started_server = started_stub  # type: ignore[assignment]
     return replicate.main(sys.argv[3:])

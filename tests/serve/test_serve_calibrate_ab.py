@@ -1,6 +1,6 @@
 """``perfsuite calibrate`` and ``perfsuite ab`` on serving cells, where a replicate is a server start: calibrate's
 levels and MDE from starts (its gate MDE for the profile's server_starts), ab's pairs as two starts, each from its
-side's own tree (perfsuite.serve.replicate), against the stub server (tests/serve/stub_started.py)."""
+side's own tree (perfsuite.measure.serving.replicate), against the stub server (tests/serve/stub_started.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from stub_started import started_stub  # tests/serve is on sys.path (prepend import mode)
 
-from perfsuite import vocabulary
 from perfsuite.cli import main as cli
-from perfsuite.gate.policy import load_config
-from perfsuite.serve import calibrate as scal
-from perfsuite.serve import cell as sc
-from perfsuite.serve.cell import CellRuns, Replicate
+from perfsuite.facts import vocabulary
+from perfsuite.measure.serving import cell as sc
+from perfsuite.measure.serving.cell import CellRuns, Replicate
+from perfsuite.orchestrate import serving_calibrate as scal
+from perfsuite.verdict.policy import load_config
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -51,7 +51,7 @@ def _fake_measure(between_cv: float, seed: int = 0):
 
 
 def test_levels_come_from_starts_and_the_gate_mde_from_the_profiles_starts(monkeypatch):
-    from perfsuite.gate import sequential
+    from perfsuite.verdict import sequential
 
     monkeypatch.setattr(sequential, "pairs_needed", lambda *a, **kw: 7)  # its simulation is tested on its own
     conf = sc.parse(TINY, "t")
@@ -89,7 +89,7 @@ def test_calibrate_runs_serving_cells_on_server_starts(monkeypatch, tmp_path, ca
 
 def test_calibrate_default_cells_leave_serving_out(monkeypatch):
     conf = sc.parse(TINY, "t")
-    from perfsuite.serve.replicate import select
+    from perfsuite.measure.serving.replicate import select
 
     assert select(conf, {"cells": "*"}) == [] and select(conf, {"cells": "vllm-serve-*"}) == list(conf.cells)
     assert select(conf, {"cells": "vllm-serve-*", "backend": "torch"}) == []
@@ -122,8 +122,8 @@ def test_ab_pairs_server_starts_from_each_sides_tree(tmp_path):
 
 
 def test_a_failed_start_on_one_side_is_one_line(tmp_path):
-    from perfsuite.serve import replicate
-    from perfsuite.worker.pool import Side
+    from perfsuite.measure.serving import replicate
+    from perfsuite.measure.worker.pool import Side
 
     py = tmp_path / "python"
     msg = {"error": "vLLM server (tiny-llama, port 1) exited with status 1\nthe log's tail"}
@@ -132,15 +132,15 @@ def test_a_failed_start_on_one_side_is_one_line(tmp_path):
     side = Side(ROOT, str(py), "B")
     pr = replicate.measure(side, {"id": "vllm-serve-x"}, "pr", 3, "B")
     assert pr.error == "vLLM server (tiny-llama, port 1) exited with status 1"
-    from perfsuite.errors import UsageError
+    from perfsuite.facts.errors import UsageError
 
     with pytest.raises(UsageError, match=r"side B, pair 3, vllm-serve-x: server start failed"):
         replicate.measure_or_fail(side, {"id": "vllm-serve-x"}, "pr", 3, "B")
 
 
 def test_a_tree_without_serving_replicates_lists_no_serving_cells(tmp_path):
-    from perfsuite.serve import replicate
-    from perfsuite.worker.pool import Side
+    from perfsuite.measure.serving import replicate
+    from perfsuite.measure.worker.pool import Side
 
     old = tmp_path / "old"
     (old / "perfsuite" / "serve").mkdir(parents=True)

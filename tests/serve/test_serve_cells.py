@@ -10,8 +10,8 @@ import time
 import psutil
 import pytest
 
-from perfsuite.serve import cell as sc
-from perfsuite.serve.record import prometheus_problem
+from perfsuite.adapters.pytest.serving import prometheus_problem
+from perfsuite.measure.serving import cell as sc
 
 POINTS = [{"load": "poisson:2", "num_prompts": 8}, {"load": "closed:2", "num_prompts": 4, "output_len": 8}]
 
@@ -79,7 +79,7 @@ def _procs_of(pids):
 
 @pytest.mark.slow
 def test_vllm_bad_model_fails_with_the_log_tail(tmp_path):
-    from perfsuite.serve.server import Server, ServerError, free_port, vllm_argv, vllm_env
+    from perfsuite.measure.serving.server import Server, ServerError, free_port, vllm_argv, vllm_env
 
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -132,8 +132,8 @@ def test_a_serving_replicate_from_a_side_starts_real_vllm_and_leaves_no_process(
     poisson:4 cell), the point's samples and /metrics check, no process of the server left after."""
     from pathlib import Path
 
-    from perfsuite.serve import replicate
-    from perfsuite.worker.pool import this_side
+    from perfsuite.measure.serving import replicate
+    from perfsuite.measure.worker.pool import this_side
 
     conf = sc.load(Path(__file__).resolve().parents[2] / "pyproject.toml", "pr")
     cell = next(c for c in conf.cells if c.point.load.rate == 4.0)

@@ -8,9 +8,9 @@ import pytest
 from serve_stub import Stub
 
 from perfsuite.cli import main
-from perfsuite.serve import datasets, promcheck, tokenizer
-from perfsuite.serve.load import LoadSpec, run_load
-from perfsuite.serve.point import point_from, run_point
+from perfsuite.measure.serving import datasets, promcheck, tokenizer
+from perfsuite.measure.serving.load import LoadSpec, run_load
+from perfsuite.measure.serving.point import point_from, run_point
 
 
 def test_by_url_writes_the_json(tmp_path, capsys):
@@ -58,7 +58,7 @@ def test_usage_errors_are_one_line_exit_2(args, msg, capsys):
 
 
 def test_no_model_listed_is_a_usage_error(capsys):
-    from perfsuite.serve.server import free_port
+    from perfsuite.measure.serving.server import free_port
 
     assert main(["serve", "--base-url", f"http://127.0.0.1:{free_port()}"]) == 2
     assert "pass --model NAME" in capsys.readouterr().err
@@ -117,7 +117,7 @@ def test_prometheus_cross_check_against_the_stub_histograms():
         before = promcheck.snapshot(stub.base_url)
         res = run_load(stub.base_url, "stub", reqs, LoadSpec("poisson", rate=50, num_requests=8, warmup=0))
         after = promcheck.snapshot(stub.base_url)
-    from perfsuite.serve import metrics
+    from perfsuite.measure.serving import metrics
 
     m = metrics.compute(res)
     cmp = promcheck.compare(before, after, m)
@@ -148,7 +148,7 @@ def test_sweep_stops_at_saturation_and_reports_the_knee(tmp_path):
 
 
 def test_saturation_rules():
-    from perfsuite.serve.sweep import parse_rates, saturated
+    from perfsuite.measure.serving.sweep import parse_rates, saturated
 
     assert saturated({"request_throughput": 3.9}, 4, {"request_throughput": 2.0}) is None
     assert "fell behind" in saturated({"request_throughput": 3.0}, 4, None)

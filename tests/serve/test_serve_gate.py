@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from perfsuite import gate
-from perfsuite.gate import values
+from perfsuite import verdict as gate
+from perfsuite.verdict import values
 
 RUN = json.loads((Path(__file__).parent / "data" / "serving_run.json").read_text())  # a real pr serving run
 

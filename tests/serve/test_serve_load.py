@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 from serve_stub import Stub
 
-from perfsuite.serve import datasets, metrics
-from perfsuite.serve.load import LoadResult, LoadSpec, Record, parse_load, run_load, schedule
+from perfsuite.measure.serving import datasets, metrics
+from perfsuite.measure.serving.load import LoadResult, LoadSpec, Record, parse_load, run_load, schedule
 
 
 # ------------------------------------------------------------------------------------------- arrivals
@@ -212,7 +212,7 @@ def test_abort_stops_sending_and_fails_the_rest():
 
 
 def test_connection_refused_counts_as_failed():
-    from perfsuite.serve.server import free_port
+    from perfsuite.measure.serving.server import free_port
 
     reqs = datasets.random_requests(3, 4, 2, 2048)
     res = run_load(f"http://127.0.0.1:{free_port()}", "x", reqs, LoadSpec("poisson", rate=100, num_requests=3,
@@ -226,8 +226,8 @@ def test_text_prompts_are_the_same_tokens_for_the_server(tmp_path):
     (what vllm bench serve's random dataset sends); the point's hash is unchanged for token-id points."""
     from tokenizers import Tokenizer
 
-    from perfsuite.serve import tokenizer
-    from perfsuite.serve.point import point_from, requests
+    from perfsuite.measure.serving import tokenizer
+    from perfsuite.measure.serving.point import point_from, requests
 
     tokenizer.build(tmp_path, 512)
     tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
@@ -246,7 +246,7 @@ def test_text_prompts_are_the_same_tokens_for_the_server(tmp_path):
 def test_the_client_runs_on_the_given_cores_for_the_load_only():
     import os
 
-    from perfsuite.serve.server import Server
+    from perfsuite.measure.serving.server import Server
 
     allowed = sorted(os.sched_getaffinity(0))
     srv = Server(["true"], port=1, log_path=Path("unused.log"), cpus=allowed[:-1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfsuite.serve import plot
+from perfsuite.orchestrate.report import serving_plot as plot
 
 RUN = Path(__file__).parent / "data" / "serving_run.json"
 
@@ -27,7 +27,7 @@ def test_curves_from_pytest_runs_and_serve_json(tmp_path):
 
 
 def test_report_html_has_the_plot(tmp_path):
-    from perfsuite.report import collect, html
+    from perfsuite.orchestrate.report import collect, html
 
     text = html.render(collect(None, runs=[RUN], ab=[], ops=None, ops_previous=None, title="t"))
     assert "Serving: latency against throughput" in text and "requests/s" in text

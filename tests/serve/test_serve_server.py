@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfsuite.serve import datasets, metrics
-from perfsuite.serve.load import LoadSpec, run_load
-from perfsuite.serve.server import Server, ServerError, free_port
+from perfsuite.measure.serving import datasets, metrics
+from perfsuite.measure.serving.load import LoadSpec, run_load
+from perfsuite.measure.serving.server import Server, ServerError, free_port
 
 FAKE = Path(__file__).with_name("fake_server.py")
 
@@ -98,7 +98,7 @@ def test_ctrl_c_stops_the_server_and_its_children(tmp_path):
     port = free_port()
     script = textwrap.dedent(f"""
         import sys, time
-        from perfsuite.serve.server import Server
+        from perfsuite.measure.serving.server import Server
         s = Server([sys.executable, {str(FAKE)!r}, "{port}"], port={port}, log_path=__import__("pathlib").Path(
             {str(tmp_path / "s.log")!r}))
         with s:
@@ -123,7 +123,7 @@ def test_killed_parent_takes_the_server_down(tmp_path):
     port = free_port()
     script = textwrap.dedent(f"""
         import sys, time
-        from perfsuite.serve.server import Server
+        from perfsuite.measure.serving.server import Server
         s = Server([sys.executable, {str(FAKE)!r}, "{port}"], port={port}, log_path=__import__("pathlib").Path(
             {str(tmp_path / "s.log")!r}))
         s.start()
@@ -152,7 +152,7 @@ def test_a_foreign_server_on_the_port_is_not_taken_for_ours(tmp_path):
 
 
 def test_vllm_env_leaves_the_last_core_to_the_client(monkeypatch):
-    from perfsuite.serve.server import vllm_env
+    from perfsuite.measure.serving.server import vllm_env
 
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     assert vllm_env(cpus=[0, 1])["VLLM_CPU_OMP_THREADS_BIND"] == "0"
@@ -166,7 +166,7 @@ def test_vllm_env_leaves_the_last_core_to_the_client(monkeypatch):
 def test_server_process_tree_runs_on_the_cores_it_is_given(tmp_path):
     """The whole server (API process and every child) leaves the last core to the load generator, not just vLLM's
     engine threads: with only those bound, one API-process stall set the dispatch delay p99 at 13.9 ms."""
-    from perfsuite.serve.server import server_cpus
+    from perfsuite.measure.serving.server import server_cpus
 
     cores = server_cpus()
     assert cores is not None and len(cores) == len(os.sched_getaffinity(0)) - 1
@@ -179,7 +179,7 @@ def test_server_process_tree_runs_on_the_cores_it_is_given(tmp_path):
 
 
 def test_server_cpus_defers_to_the_users_binding(monkeypatch):
-    from perfsuite.serve.server import server_cpus
+    from perfsuite.measure.serving.server import server_cpus
 
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     assert server_cpus([0, 1, 2]) == [0, 1] and server_cpus([3]) is None

@@ -11,11 +11,12 @@ from types import SimpleNamespace
 import pytest
 from stub_started import started_stub  # tests/serve is on sys.path (prepend import mode)
 
-from perfsuite.cells import identity_hash
-from perfsuite.serve import cell as sc
-from perfsuite.serve import plot, table
-from perfsuite.serve.point import point_from
-from perfsuite.serve.sweep import sweep_cell_point
+from perfsuite.facts.cells import identity_hash
+from perfsuite.measure.serving import cell as sc
+from perfsuite.measure.serving import table
+from perfsuite.measure.serving.point import point_from
+from perfsuite.measure.serving.sweep import sweep_cell_point
+from perfsuite.orchestrate.report import serving_plot as plot
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = json.loads((Path(__file__).parent / "data" / "serving_run.json").read_text())
@@ -72,8 +73,8 @@ def test_sweep_cell_point_records_the_fixed_point_and_stops_at_saturation():
 
 
 def test_a_sweep_cell_end_to_end_on_the_stub(monkeypatch, tmp_path):
-    from perfsuite.commands.run import table as run_table
-    from perfsuite.serve import record
+    from perfsuite.adapters.cli.run import table as run_table
+    from perfsuite.adapters.pytest import serving as record
 
     monkeypatch.setenv("STUB_MAX_INFLIGHT", "1")  # one request at a time, ~35 ms each: saturates near 28 req/s
     monkeypatch.setattr(sc, "started_server", started_stub)
@@ -126,7 +127,7 @@ def test_the_repository_nightly_table_is_a_sweep():
 
 
 def test_run_table_keeps_engine_and_serving_cells_apart():
-    from perfsuite.commands.run import table as run_table
+    from perfsuite.adapters.cli.run import table as run_table
 
     engine = {"name": "test_ttft[torch-x]", "extra_info": {"cell": {"id": "torch-x"}, "metric": "ttft",
                                                             "median_ttft_ms": 1.5}, "stats": {"median": 0.0015}}

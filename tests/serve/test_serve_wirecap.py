@@ -1,4 +1,4 @@
-"""perfsuite.serve.wirecap: TTFT on the loopback. Frame parsing and request/first-token pairing on frames built by
+"""perfsuite.measure.serving.wirecap: TTFT on the loopback. Frame parsing and request/first-token pairing on frames built by
 hand; a live capture against the stub server where this machine allows one (CAP_NET_RAW)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import struct
 import psutil
 import pytest
 
-from perfsuite.serve import wirecap
-from perfsuite.serve.wirecap import Streams, tcp_payload
+from perfsuite.measure.serving import wirecap
+from perfsuite.measure.serving.wirecap import Streams, tcp_payload
 
 SERVER = 8123
 
@@ -78,9 +78,9 @@ def test_streams_pair_each_request_with_its_first_event_with_a_choice():
 def test_live_capture_against_the_stub_never_precedes_the_client():
     from serve_stub import Stub
 
-    from perfsuite.serve.datasets import random_requests
-    from perfsuite.serve.load import parse_load, run_load
-    from perfsuite.serve.server import free_port
+    from perfsuite.measure.serving.datasets import random_requests
+    from perfsuite.measure.serving.load import parse_load, run_load
+    from perfsuite.measure.serving.server import free_port
 
     port = free_port()
     with Stub(ttft_s=0.02, itl_s=0.005, port=port):
@@ -97,16 +97,16 @@ def test_live_capture_against_the_stub_never_precedes_the_client():
     spans = cap.decode_spans(8)  # 3 tokens each: two 5 ms gaps of the stub on the wire
     assert len(spans) == 8 and all(s >= 0.01 for s in spans)
     assert len(cap.gaps(8)) <= 16 and all(g >= 0 for g in cap.gaps(8))  # two gaps per request, fewer if coalesced
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "perfsuite.serve.wirecap" in
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "perfsuite.measure.serving.wirecap" in
                 " ".join(p.info["cmdline"] or [])]
 
 
 @pytest.mark.skipif(wirecap.available() is not None, reason=str(wirecap.available()))
 def test_the_capture_process_ends_when_the_block_raises():
-    from perfsuite.serve.server import free_port
+    from perfsuite.measure.serving.server import free_port
 
     with pytest.raises(KeyboardInterrupt):
         with wirecap.capture(free_port()):
             raise KeyboardInterrupt
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "perfsuite.serve.wirecap" in
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "perfsuite.measure.serving.wirecap" in
                 " ".join(p.info["cmdline"] or [])]

@@ -23,7 +23,7 @@ def test_ops(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test-only ops of :mod:`ops_testing` (``_abort``, ``_nan``) in this process's op registry."""
     from ops_testing import TEST_OPS
 
-    from perfsuite.ops import registry
+    from perfsuite.measure.ops import registry
 
     for op in TEST_OPS:
         monkeypatch.setitem(registry.OPS, op.name, op)

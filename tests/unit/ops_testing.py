@@ -1,8 +1,8 @@
 """Test-only ops (a process that dies, an output with one NaN): not in the production registry.
 
-``register()`` adds them to :data:`perfsuite.ops.registry.OPS` (``hidden``: never in the matrix). The
+``register()`` adds them to :data:`perfsuite.measure.ops.registry.OPS` (``hidden``: never in the matrix). The
 ``test_ops`` fixture does so for this process; ``test_ops_env`` gives a worker child an environment whose
-``sitecustomize`` does so at interpreter start (the children of the op worker are forked from a ``python -m perfsuite.worker serve`` zygote).
+``sitecustomize`` does so at interpreter start (the children of the op worker are forked from a ``python -m perfsuite.measure.worker serve`` zygote).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.ops import registry
-from perfsuite.ops.impl.base import Op, Ref, rng_for, round_to
-from perfsuite.ops.shapes import Shape
+from perfsuite.measure.ops import registry
+from perfsuite.measure.ops.impl.base import Op, Ref, rng_for, round_to
+from perfsuite.measure.ops.shapes import Shape
 
 
 def _abort_torch(t: dict[str, Any], s: Shape) -> Any:

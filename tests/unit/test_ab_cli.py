@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.adapters.cli._common import parse_duration
 from perfsuite.cli import main as cli
-from perfsuite.commands._common import parse_duration
-from perfsuite.errors import UsageError
+from perfsuite.facts.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def test_interpreter_that_imports_another_tree(trees: tuple[Path, Path], capsys:
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """An interpreter set up to find another perfsuite first (here: safe-path mode, so the working directory is
     not on sys.path, and a PYTHONPATH naming another checkout): comparing would compare the wrong code."""
-    from perfsuite.worker import pool
+    from perfsuite.measure.worker import pool
 
     real = pool.Side.environ
 
@@ -135,8 +135,8 @@ def test_a_thread_count_the_runtimes_would_ignore(trees: tuple[Path, Path], caps
     assert "side B: OMP_NUM_THREADS='abc': not a thread count" in one_line_error(capsys)
 
 
-@pytest.mark.parametrize("module", ["perfsuite/backends/torch_backend.py", "perfsuite/worker/job.py",
-                                    "perfsuite/config.py"])
+@pytest.mark.parametrize("module", ["perfsuite/measure/backends/torch_backend.py", "perfsuite/measure/worker/job.py",
+                                    "perfsuite/facts/config.py"])
 def test_a_syntax_error_in_a_tree_names_file_line_and_fix(trees: tuple[Path, Path], tmp_path: Path, module: str,
                                                            capsys: pytest.CaptureFixture) -> None:
     a, _ = trees

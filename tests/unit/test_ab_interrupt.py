@@ -24,7 +24,7 @@ def _workers_of(tree: Path) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["cmdline", "cwd"]):
         try:
-            if "perfsuite.worker" in " ".join(p.info["cmdline"] or []) and str(tree) in (p.info["cwd"] or ""):
+            if "perfsuite.measure.worker" in " ".join(p.info["cmdline"] or []) and str(tree) in (p.info["cwd"] or ""):
                 out.append(p)
         except psutil.Error:
             pass

@@ -8,8 +8,8 @@ import random
 from types import SimpleNamespace
 from typing import Any
 
-from perfsuite import abloop
-from perfsuite.gate.sequential import ConfidenceSequence
+from perfsuite.orchestrate import abloop
+from perfsuite.verdict.sequential import ConfidenceSequence
 
 
 def test_every_pair_flips_a_coin_and_records_the_order_it_ran_in() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from perfsuite import abloop
-from perfsuite.gate.sequential import ConfidenceSequence
+from perfsuite.orchestrate import abloop
+from perfsuite.verdict.sequential import ConfidenceSequence
 
 SERVE = {"id": "vllm-serve-tiny-llama-float32-pc-random-i64-o16-poisson-r4-n16", "backend": "vllm-serve"}
 OFFLINE = {"id": "torch-tiny-llama-float32-b1-p64-n32", "backend": "torch"}

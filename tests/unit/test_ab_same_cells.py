@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from perfsuite import abloop
-from perfsuite.errors import UsageError
-from perfsuite.gate.values import COMPARABLE, MEASURED_ALIKE
+from perfsuite.facts.errors import UsageError
+from perfsuite.orchestrate import abloop
+from perfsuite.verdict.values import COMPARABLE, MEASURED_ALIKE
 
 
 def plan(*ids: str, gens: int = 5, warm: int = 1, opts: str = "h1") -> dict[str, Any]:

@@ -35,10 +35,10 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
     rc = cli(["ab", "--a", str(a), "--b", str(b), "--budget", "4m", "--json", str(out)])
     data = json.loads(out.read_text())
     assert rc == 1 and data["stopped"] == "regression"
-    # one hash seed for both sides' zygotes, drawn for this run (perfsuite.cotenant.hash_seed_env)
+    # one hash seed for both sides' zygotes, drawn for this run (perfsuite.machine.cotenant.hash_seed_env)
     assert data["hash_seed"] and set((tmp_path / "hash-seeds-a").read_text().split()) == {data["hash_seed"]}
     assert set((tmp_path / "hash-seeds-b").read_text().split()) == {data["hash_seed"]}
-    # one zygote for both sides (perfsuite.worker.zygote): every worker of A and of B is its child, and still runs
+    # one zygote for both sides (perfsuite.measure.worker.zygote): every worker of A and of B is its child, and still runs
     # its own side's tree (perfsuite_file below)
     assert data["zygote"] == "shared"
     parents = {side: set((tmp_path / f"parents-{side}").read_text().split()) for side in "ab"}

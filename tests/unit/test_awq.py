@@ -1,4 +1,4 @@
-"""AWQ checkpoints from float weights (perfsuite.quant.awq): rounding, AWQ GEMM packing, the checkpoint on disk and
+"""AWQ checkpoints from float weights (perfsuite.measure.quant.awq): rounding, AWQ GEMM packing, the checkpoint on disk and
 its dequantized twin, the teacher-forced agreement count. The packing order is checked against vLLM's own loader."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ pytest.importorskip("safetensors")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from perfsuite import models  # noqa: E402
-from perfsuite.quant import awq  # noqa: E402
+from perfsuite.facts import models  # noqa: E402
+from perfsuite.measure.quant import awq  # noqa: E402
 
 
 def test_rtn_error_is_within_half_a_step_and_values_fit_4_bits() -> None:

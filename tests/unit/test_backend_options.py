@@ -1,4 +1,4 @@
-"""Backend option schemas (perfsuite/backends/options.py) and the cell identity hash built on them."""
+"""Backend option schemas (perfsuite/facts/backend_options.py) and the cell identity hash built on them."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.backends import BACKENDS
-from perfsuite.backends import options as bo
-from perfsuite.cells import Cell, Scenario
+from perfsuite.facts import backend_options as bo
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.measure.backends import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SC = Scenario("s", 1, 16, 4)
@@ -55,7 +55,7 @@ def test_schema_lists_exactly_the_keys_the_backends_read(backends, files):
 
 
 def test_ort_schema_agrees_with_the_provider_module():
-    from perfsuite.backends.onnxruntime import providers
+    from perfsuite.measure.backends.onnxruntime import providers
 
     ort = set().union(*(bo.SCHEMAS[b] for b in BACKENDS if b.startswith("onnxruntime-")))
     assert ort == set(providers.KNOWN_OPTIONS)
@@ -107,7 +107,7 @@ def test_issue11_option_values(backend, options, problem):
 
 
 def test_repo_backend_options_validate():
-    from perfsuite import config as cfg
+    from perfsuite.facts import config as cfg
 
     conf = cfg.load(ROOT / "pyproject.toml", ROOT)
     for backend, opts in conf.backend_options.items():
@@ -144,7 +144,7 @@ def test_hash_is_stored_and_stable_across_processes():
     d = cell.as_dict()
     assert d["options_hash"] == cell.options_hash and re.fullmatch(r"[0-9a-f]{12}", d["options_hash"])
     json.dumps(d)
-    code = ("from perfsuite.cells import Cell, Scenario; "
+    code = ("from perfsuite.facts.cells import Cell, Scenario; "
             "print(Cell('onnxruntime-cpu', 'tiny-llama', 'float32', Scenario('s', 1, 16, 4), "
             "options=(('io_binding', True), ('threads', 2))).options_hash)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
@@ -161,7 +161,7 @@ def test_every_cell_field_is_in_the_id_or_the_hash():
 
 
 def test_hash_of_a_stored_cell_without_the_key_is_recomputable():
-    from perfsuite.cells import options_hash_of
+    from perfsuite.facts.cells import options_hash_of
 
     cell = _cell("vllm", enforce_eager=False, kv_cache_space_gib=2)
     stored = json.loads(json.dumps(cell.as_dict()))

@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from perfsuite import baselines
+from perfsuite.orchestrate import baselines
 
 
 def run(rc="cpu-x-2c", schema=baselines.SCHEMA_VERSION):

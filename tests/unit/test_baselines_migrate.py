@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import baselines, cli
+from perfsuite import cli
+from perfsuite.orchestrate import baselines
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "baselines" / "cpu-intel-xeon-amx-2c"  # 10 runs recorded as cpu-intel-xeon-2c

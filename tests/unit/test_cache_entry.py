@@ -1,4 +1,4 @@
-"""The one on-disk format of the derived caches (perfsuite/cache_entry.py): models, AWQ, ONNX exports, calibration."""
+"""The one on-disk format of the derived caches (perfsuite/facts/cache_entry.py): models, AWQ, ONNX exports, calibration."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import cache_entry, models
+from perfsuite.facts import cache_entry, models
 
 MARKER = "marker.json"
 

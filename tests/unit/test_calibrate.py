@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from test_ab_cli import make_tree  # tests/unit is on sys.path (rootdir conftest, prepend import mode)
 
-from perfsuite.gate import sequential
-from perfsuite.gate.policy import load_config
-from perfsuite.noise import decompose, format_report
+from perfsuite.verdict import sequential
+from perfsuite.verdict.noise import decompose, format_report
+from perfsuite.verdict.policy import load_config
 
 
 def _values(rng: np.random.Generator, sd_process: float) -> dict:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import capabilities, runner_class
-from perfsuite.ops import known_gaps as kg
+from perfsuite.machine import capabilities, runner_class
+from perfsuite.measure.ops import known_gaps as kg
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINES = {k: v for k, v in json.loads((Path(__file__).parent / "data" / "cpu_machines.json").read_text()).items()

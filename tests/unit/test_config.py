@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import config as cfg
-from perfsuite.cells import Cell, Scenario
+from perfsuite.facts import config as cfg
+from perfsuite.facts.cells import Cell, Scenario
 
 
 def parse(raw):

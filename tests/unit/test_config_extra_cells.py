@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import config as cfg
+from perfsuite.facts import config as cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 

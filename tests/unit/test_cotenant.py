@@ -1,12 +1,12 @@
-"""The thread count an A/B gives both sides beside a co-tenant (perfsuite.cotenant), from injected load samples."""
+"""The thread count an A/B gives both sides beside a co-tenant (perfsuite.machine.cotenant), from injected load samples."""
 
 from __future__ import annotations
 
 import pytest
 
-from perfsuite import cotenant
-from perfsuite.confirm import decision
-from perfsuite.preflight import LoadSample, OtherProcess
+from perfsuite.machine import cotenant
+from perfsuite.machine.preflight import LoadSample, OtherProcess
+from perfsuite.verdict import confirm_decision as decision
 
 
 def sample(other: float, cpus: int = 2) -> LoadSample:
@@ -95,8 +95,8 @@ def test_drift_at_other_threads_comes_from_the_screen_over_the_ab() -> None:
     is at the cell's threads is this session's screen of B (1.32 against 1.0) over the A/B's B/A (1.1): +20 %."""
     from types import SimpleNamespace
 
-    from perfsuite.confirm.session import Target, finding
-    from perfsuite.gate import sequential
+    from perfsuite.orchestrate.confirm.session import Target, finding
+    from perfsuite.verdict import sequential
 
     cs = sequential.ConfidenceSequence(alpha=0.05)
     for d in (0.0953,) * 8:

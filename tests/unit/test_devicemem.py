@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import devicemem
-from perfsuite.doctor.host import Host
+from perfsuite.machine import devicemem
+from perfsuite.machine.doctor.host import Host
 
 DATA = Path(__file__).parent / "data" / "doctor"
 

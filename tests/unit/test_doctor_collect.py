@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import cli, doctor
-from perfsuite.doctor import core, rocm_smi, rocminfo
-from perfsuite.doctor.facts import SourceResult
-from perfsuite.doctor.host import Host
+from perfsuite import cli
+from perfsuite.machine import doctor
+from perfsuite.machine.doctor import core, rocm_smi, rocminfo
+from perfsuite.machine.doctor.facts import SourceResult
+from perfsuite.machine.doctor.host import Host
 
 DATA = Path(__file__).parent / "data" / "doctor"
 ROCM62 = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx1030", "gfx1100", "gfx942"]  # 2.5.1+rocm6.2 (uv#14086)
@@ -77,7 +78,7 @@ def test_command_explain(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_machine_facts_cpu_imports_no_torch() -> None:
-    code = ("import sys, json; from perfsuite.doctor import machine_facts; f = machine_facts('cpu'); "
+    code = ("import sys, json; from perfsuite.machine.doctor import machine_facts; f = machine_facts('cpu'); "
             "print(json.dumps({'torch': 'torch' in sys.modules, 'facts': f}))")
     env = {**os.environ, "HSA_OVERRIDE_GFX_VERSION": "10.3.0", "HCC_AMDGPU_TARGET": "gfx90a"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
@@ -111,7 +112,7 @@ def _amd_report(env: dict[str, str], torch_archs: list[str] | None, kfd_openable
     builds = {"torch": {"version": "2.5.1+rocm6.2", "kind": "rocm", "hip": "6.2", "arch_list": torch_archs},
               "onnxruntime": {"dists": {"onnxruntime": "1.32.0"}, "providers": ["CPUExecutionProvider"]},
               "vllm": {}}
-    from perfsuite.doctor import access
+    from perfsuite.machine.doctor import access
 
     r = core.Report("cuda", {"model": "AMD EPYC 7A53"}, gpus, src, sources, {}, core.env_overrides(env), builds,
                     access.check(host))

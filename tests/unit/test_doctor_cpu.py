@@ -1,10 +1,10 @@
-"""The doctor's CPU facts come from perfsuite.capabilities: the same model, flags and tier as the runner class."""
+"""The doctor's CPU facts come from perfsuite.machine.capabilities: the same model, flags and tier as the runner class."""
 
 from __future__ import annotations
 
-from perfsuite import capabilities, runner_class
-from perfsuite.doctor import cpu, report
-from perfsuite.doctor.host import Host
+from perfsuite.machine import capabilities, runner_class
+from perfsuite.machine.doctor import cpu, report
+from perfsuite.machine.doctor.host import Host
 
 EPYC_AVX2 = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7763 64-Core Processor\n"
              "flags\t\t: fpu sse2 avx avx2 fma bmi2\n\nprocessor\t: 1\nflags\t\t: fpu\n")
@@ -37,7 +37,7 @@ def test_the_doctor_shows_the_cpu_as_it_is_not_the_injected_flags():
 
 
 def test_the_table_and_the_json_show_the_tier_and_the_class():
-    from perfsuite import doctor
+    from perfsuite.machine import doctor
 
     host = _host(EPYC_AVX2)
     host.which = lambda name: None  # no vendor tools

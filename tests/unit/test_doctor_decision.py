@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfsuite.doctor import gfx
+from perfsuite.machine.doctor import gfx
 
 ALL_FAMILY = sorted({a for members in gfx.FAMILIES.values() for a in members})
 ARCHS = sorted(set(ALL_FAMILY) | gfx.DATACENTER | {"gfx908", "gfx90a", "gfx803"})

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.doctor import amd_smi_cli, amdsmi_lib, explain, gfx, kfd, nvidia_smi, rocm_smi, rocminfo
-from perfsuite.doctor._parse import json_document
-from perfsuite.doctor.host import Host
+from perfsuite.machine.doctor import amd_smi_cli, amdsmi_lib, explain, gfx, kfd, nvidia_smi, rocm_smi, rocminfo
+from perfsuite.machine.doctor._parse import json_document
+from perfsuite.machine.doctor.host import Host
 
 DATA = Path(__file__).parent / "data" / "doctor"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfsuite import doctor
-from perfsuite.doctor.host import Host
+from perfsuite.machine import doctor
+from perfsuite.machine.doctor.host import Host
 
 TOOLS = ("rocminfo", "amd-smi", "rocm-smi", "nvidia-smi")
 
@@ -77,7 +77,7 @@ def test_non_utf8_output_is_rejected_with_one_line(tmp_path: Path, monkeypatch: 
 
 def test_ctrl_c_kills_the_tools_process_group(tmp_path: Path) -> None:
     marker = f"{os.getpid() % 1000 + 171}.75"
-    script = ("import sys; from perfsuite.external import run_tool; print('started', flush=True); "
+    script = ("import sys; from perfsuite.machine.external import run_tool; print('started', flush=True); "
               f"run_tool(['sh', '-c', 'sleep {marker}; echo late'], 60)")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from test_gate_cli import run_json, write  # tests/unit is on sys.path (rootdir conftest, prepend import mode)
 
-from perfsuite import baselines
 from perfsuite.cli import main as cli
-from perfsuite.gate import GateSession
+from perfsuite.orchestrate import baselines
+from perfsuite.verdict import GateSession
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from perfsuite import pytest_session
-from perfsuite.gate import parse_config
-from perfsuite.session import GateIncomparable, GateInconclusive, GateOutcome, PerfSession
+from perfsuite.adapters.pytest import hooks as pytest_session
+from perfsuite.orchestrate.session import GateIncomparable, GateInconclusive, GateOutcome, PerfSession
+from perfsuite.verdict import parse_config
 
 NODE = "tests/perf/test_latency.py::test_tpot[c]"
 

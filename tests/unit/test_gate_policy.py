@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite.gate import DEFAULT_POLICIES, GateConfig, Policy, PolicyError, parse_config
-from perfsuite.gate.policy import load_config
+from perfsuite.verdict import DEFAULT_POLICIES, GateConfig, Policy, PolicyError, parse_config
+from perfsuite.verdict.policy import load_config
 
 
 def test_defaults() -> None:

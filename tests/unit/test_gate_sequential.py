@@ -1,4 +1,4 @@
-"""The sequential A/B procedure (perfsuite.gate.sequential): error control under optional stopping on synthetic
+"""The sequential A/B procedure (perfsuite.verdict.sequential): error control under optional stopping on synthetic
 pairs with this VM's kinds of noise -- heavy tails, processes slow for their whole life (bimodal), a position
 effect inside each pair -- plus power and the decision rules."""
 
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 from scipy import stats as st
 
-from perfsuite.gate import sequential as seq
+from perfsuite.verdict import sequential as seq
 
 CI = settings(max_examples=6, deadline=None, derandomize=bool(os.environ.get("CI")))
 NOISE = ("normal", "t2", "bimodal", "position")

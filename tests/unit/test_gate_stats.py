@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from scipy import stats as st
 
-from perfsuite.gate import stats
-from perfsuite.gate.estimate import estimate
-from perfsuite.gate.policy import Policy, parse_config
-from perfsuite.gate.verdict import decide
+from perfsuite.verdict import stats
+from perfsuite.verdict.decide import decide
+from perfsuite.verdict.estimate import estimate
+from perfsuite.verdict.policy import Policy, parse_config
 
 CI = settings(max_examples=8, deadline=None, derandomize=bool(os.environ.get("CI")),
               suppress_health_check=[HealthCheck.too_slow])

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from perfsuite.gate import GateSession, Policy, Verdict, parse_config
-from perfsuite.gate.estimate import Comparison
-from perfsuite.gate.report import describe
-from perfsuite.gate.stats import Estimate
-from perfsuite.gate.verdict import decide, decide_all, guard_blocks
+from perfsuite.verdict import GateSession, Policy, Verdict, parse_config
+from perfsuite.verdict.decide import decide, decide_all, guard_blocks
+from perfsuite.verdict.estimate import Comparison
+from perfsuite.verdict.report import describe
+from perfsuite.verdict.stats import Estimate
 
 TAU = 0.05
 
@@ -141,7 +141,7 @@ def test_family_counts_tests_that_ran_and_tightens_alpha() -> None:
 
 
 def test_tests_join_the_family_only_with_a_baseline() -> None:
-    """Serving tests join through add_to_family (perfsuite.serve.record): one without a stored run must not take a
+    """Serving tests join through add_to_family (perfsuite.adapters.pytest.serving): one without a stored run must not take a
     share of alpha from the others."""
     s = GateSession([_run([3.4] * 5) for _ in range(3)], parse_config({}))
     s.add_to_family([NAME, "tests/perf/test_serving.py::test_ttft_under_load[vllm-serve-none]"])
@@ -185,7 +185,7 @@ def test_one_stalled_process_does_not_hide_a_regression() -> None:
     """Seen on this 2-core VM (gate evaluation, 2026-12-01): of 10 processes of a +20 % run, one ran 4.7 ms
     instead of 1.0 (a co-runner preempting a thread). The run value drops it (trimmed mean); its variance must
     not count it either (winsorized, as Yuen's t), or the screen is inconclusive with an MDE of ~+95 %."""
-    from perfsuite.gate import values
+    from perfsuite.verdict import values
 
     rng = np.random.default_rng(3)
     base = [_run_n(list(np.exp(rng.normal(0, 0.02, 10)))) for _ in range(10)]
@@ -205,7 +205,7 @@ def test_one_stalled_process_does_not_hide_a_regression() -> None:
 
 
 def test_winsorized_variance_equals_the_plain_one_when_nothing_is_cut() -> None:
-    from perfsuite.gate import values
+    from perfsuite.verdict import values
 
     x = [1.0, 1.1, 1.05, 0.97]  # four processes: nothing trimmed
     assert values.within_run_var({"extra_info": _info_n(x)}, "median_tpot_ms") == pytest.approx(

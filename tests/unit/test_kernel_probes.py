@@ -8,11 +8,11 @@ import json
 import psutil
 import pytest
 
-from perfsuite import kernel_probes as kp
-from perfsuite import kernel_probes_run
-from perfsuite.cells import Cell, Scenario
-from perfsuite.doctor import core
-from perfsuite.doctor.report import kernel_rows
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.machine import kernel_probes as kp
+from perfsuite.machine import kernel_probes_run
+from perfsuite.machine.doctor import core
+from perfsuite.machine.doctor.report import kernel_rows
 
 SC = Scenario("short", 1, 64, 32)
 AWQ = Cell("vllm", "tiny-llama", "bfloat16", SC, quantization="awq")
@@ -63,7 +63,7 @@ def test_a_failing_probe_tells_nothing(monkeypatch):
 
 
 def test_torch_compile_without_a_compiler_skips_in_availability(monkeypatch):
-    from perfsuite.backends.torch_backend import TorchBackend
+    from perfsuite.measure.backends.torch_backend import TorchBackend
 
     cell = Cell("torch-compile", "tiny-llama", "float32", SC)
     assert TorchBackend(cell).availability() is None  # this machine has g++ (the probe ran for real)
@@ -83,7 +83,7 @@ def test_inductor_probe_follows_cxx(monkeypatch):
 
 
 def test_environment_key_changes_with_cpu_flags_and_libraries(monkeypatch):
-    from perfsuite import capabilities
+    from perfsuite.machine import capabilities
 
     here = kernel_probes_run.key_digest(kernel_probes_run.environment_key())
     avx2_cpu = capabilities.CpuCapabilities("x86_64", "AMD EPYC 7763", frozenset({"avx2", "fma"}), 2)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from perfsuite import kernel_probes as kp
-from perfsuite import kernel_probes_run as kpr
 from perfsuite import plugin
+from perfsuite.machine import kernel_probes as kp
+from perfsuite.machine import kernel_probes_run as kpr
 
 ANSWERS = {n: kp.ProbeResult(n, n != "vllm.cpu_gemm_wna16", f"answer of {n}") for n in kp.PROBES}
 

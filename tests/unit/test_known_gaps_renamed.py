@@ -7,8 +7,9 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from perfsuite import capabilities, cli, runner_class
-from perfsuite.ops import known_gaps as kg
+from perfsuite import cli
+from perfsuite.machine import capabilities, runner_class
+from perfsuite.measure.ops import known_gaps as kg
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD, NEW = "cpu-intel-xeon-2c", "cpu-intel-xeon-amx-2c"
@@ -80,7 +81,7 @@ def test_ops_write_known_gaps_takes_the_old_file_as_the_class_own(tmp_path, monk
     covered by another scope (they would be lost once the new file exists)."""
     from argparse import Namespace
 
-    from perfsuite.commands import ops
+    from perfsuite.adapters.cli import ops
 
     monkeypatch.delenv(capabilities.ENV_FLAGS, raising=False)
     monkeypatch.chdir(tmp_path)

@@ -39,7 +39,7 @@ def test_the_modules_are_found() -> None:
 
 
 def test_only_the_cli_edge_imports_the_commands() -> None:
-    bad = _violations("", "perfsuite.commands", ("commands/", "cli.py"))
+    bad = _violations("", "perfsuite.adapters.cli", ("commands/", "cli.py"))
     assert not bad, bad
 
 
@@ -50,7 +50,7 @@ def test_the_inner_layers_never_import_pytest(layer: str) -> None:
 
 
 def test_the_backends_never_import_the_gate_or_the_session() -> None:
-    bad = [v for banned in ("perfsuite.gate", "perfsuite.session", "perfsuite.pytest_session", "perfsuite.harness")
+    bad = [v for banned in ("perfsuite.verdict", "perfsuite.orchestrate.session", "perfsuite.adapters.pytest.hooks", "perfsuite.orchestrate.plan")
            for v in _violations("backends/", banned)]
     assert not bad, bad
 

@@ -1,4 +1,4 @@
-"""perfsuite.worker.layout: a child started with the fixed-layout preexec runs without ASLR, so two of them put the
+"""perfsuite.measure.worker.layout: a child started with the fixed-layout preexec runs without ASLR, so two of them put the
 same object at the same address; without it each draws its own. Real processes, no timing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.worker import layout, pool
+from perfsuite.measure.worker import layout, pool
 
 ADDR = "import sys; print(hex(id(sys)), open('/proc/self/personality').read().strip())"
 

@@ -1,6 +1,6 @@
-"""Lockstep pairs (perfsuite.lockstep): the two workers of a pair take turns generation by generation. Fake
+"""Lockstep pairs (perfsuite.measure.lockstep): the two workers of a pair take turns generation by generation. Fake
 workers in threads check the protocol (no timing asserted); one pair of real worker processes checks the path
-through perfsuite.scheduler.measure_pair and that it leaves no process and no socket folder behind."""
+through perfsuite.measure.scheduler.measure_pair and that it leaves no process and no socket folder behind."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from perfsuite import lockstep, measure
-from perfsuite.backends.base import StepBackend, StepResult
+from perfsuite.measure import lockstep
+from perfsuite.measure import loop as measure
+from perfsuite.measure.backends.base import StepBackend, StepResult
 
 
 class _Backend(StepBackend):
@@ -131,7 +132,7 @@ def test_a_gate_with_no_coordinator_runs_freely(tmp_path: Path) -> None:
 
 
 def test_which_trees_can_take_turns() -> None:
-    from perfsuite import abloop
+    from perfsuite.orchestrate import abloop
 
     assert abloop.pairing("lockstep", {"a": {"lockstep": 1}, "b": {"lockstep": 1}})[0] is True
     on, line = abloop.pairing("lockstep", {"a": {"protocol": 1}, "b": {"lockstep": 1}})
@@ -142,8 +143,8 @@ def test_which_trees_can_take_turns() -> None:
 def test_a_real_pair_takes_turns_and_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 
-    from perfsuite import abloop
-    from perfsuite.worker import pool
+    from perfsuite.measure.worker import pool
+    from perfsuite.orchestrate import abloop
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     plan = pool.plan(pool.this_side(), {"profile": "smoke", "backend": "torch"})

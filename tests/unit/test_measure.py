@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from perfsuite import measure
-from perfsuite.backends.base import MemoryStats, NoStepsError, StepBackend, StepResult, WholeBackend
+from perfsuite.measure import loop as measure
+from perfsuite.measure.backends.base import MemoryStats, NoStepsError, StepBackend, StepResult, WholeBackend
 
 
 class FakeBackend(StepBackend):
@@ -145,7 +145,7 @@ def test_step_backend_generate_is_the_greedy_loop():
 
 
 def test_an_injected_slowdown_also_slows_generate(monkeypatch):
-    from perfsuite.backends import inject
+    from perfsuite.measure.backends import inject
 
     burned = []
     monkeypatch.setattr(inject, "burn_for", lambda s: burned.append(s))

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import metrics
+from perfsuite.facts import metrics
 
 
 def test_vllm_names_and_values():

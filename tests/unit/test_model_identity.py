@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfsuite import model_identity as mi
-from perfsuite import models
-from perfsuite.cells import Cell, Scenario
-from perfsuite.gate import report, values
-from perfsuite.gate.estimate import estimate
-from perfsuite.gate.policy import parse_config
-from perfsuite.gate.verdict import decide
-from perfsuite.harness import measured_by
+from perfsuite.facts import model_identity as mi
+from perfsuite.facts import models
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.orchestrate.plan import measured_by
+from perfsuite.verdict import report, values
+from perfsuite.verdict.decide import decide
+from perfsuite.verdict.estimate import estimate
+from perfsuite.verdict.policy import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted(ROOT.glob("baselines/cpu-*/0*.json"))
@@ -57,7 +57,7 @@ def test_a_local_dir_named_like_a_preset_gets_its_own_test_id():
 
 def test_a_relative_checkpoint_dir_reaches_the_workers_as_an_absolute_path(preset_dir, tmp_path, monkeypatch):
     """Workers run in the perfsuite tree, not the user's cwd: ``./m/tiny-llama`` failed there as unknown model."""
-    from perfsuite.worker.job import cell_from_dict, make_job
+    from perfsuite.measure.worker.job import cell_from_dict, make_job
 
     local = _local(preset_dir, tmp_path / "m" / "tiny-llama")
     (tmp_path / "tiny-llama").mkdir()
@@ -73,7 +73,7 @@ def test_a_relative_checkpoint_dir_reaches_the_workers_as_an_absolute_path(prese
 def test_the_preset_stays_comparable_with_the_committed_baselines(path):
     """The committed files predate identities: the smoke matrix as this code records it (the project's own
     pyproject) must still be gated against every benchmark in them."""
-    from perfsuite import config as cfg
+    from perfsuite.facts import config as cfg
 
     settings = cfg.resolve(cfg.load(ROOT / "pyproject.toml", ROOT), profile="smoke", device="cpu", backends=None,
                            models=None, runner_class="cpu-test", update_baselines=False)

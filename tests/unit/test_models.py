@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from perfsuite import models
+from perfsuite.facts import models
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_stock_checkpoint_resolves(tiny, tmp_path):
 
 # ---- prompt + new tokens against the model's context --------------------------------------------------------------
 def _cell(model="tiny-llama", prompt=64, new=32, backend="torch", **options):
-    from perfsuite.cells import Cell, Scenario
+    from perfsuite.facts.cells import Cell, Scenario
 
     return Cell(backend, model, "float32", Scenario("big", 1, prompt, new), options=tuple(options.items()))
 
@@ -153,7 +153,7 @@ def test_context_limit_fields(config, limit):
 
 
 def test_custom_code_is_a_usage_error_at_configure_time(tiny, tmp_path):
-    from perfsuite import config as cfg
+    from perfsuite.facts import config as cfg
 
     ckpt = _checkpoint_with(tiny, tmp_path, model_type="chatglm", auto_map=CHATGLM3_AUTO_MAP)
     with pytest.raises(cfg.ConfigError, match=r"needs its own modelling code"):

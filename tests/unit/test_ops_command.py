@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.commands import ops as cmd
+from perfsuite.adapters.cli import ops as cmd
 
 
 def parse(argv):

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.ops import known_gaps as kg
+from perfsuite.measure.ops import known_gaps as kg
 
 TOML = """
 [[gap]]

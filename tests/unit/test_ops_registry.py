@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from perfsuite.ops import registry
-from perfsuite.ops.shapes import Shape, canonical
+from perfsuite.measure.ops import registry
+from perfsuite.measure.ops.shapes import Shape, canonical
 
 S = Shape("odd", batch=2, new=3, past=5, kv_heads=2, ratio=2, head_dim=32, hidden=40, inter=24, vocab=17,
           group=32, topk=5)

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from perfsuite.ops import ort_adapter, runner
-from perfsuite.ops.matrix import Matrix
-from perfsuite.ops.shapes import canonical
-from perfsuite.ops.worker import Worker
+from perfsuite.measure.ops import ort_adapter, runner
+from perfsuite.measure.ops.matrix import Matrix
+from perfsuite.measure.ops.shapes import canonical
+from perfsuite.measure.ops.worker import Worker
 
 S = canonical()["decode"][0]
 
@@ -107,7 +107,7 @@ def test_matrix_worst_and_first_failure(test_ops):
 
 @pytest.mark.parametrize("backend", ["onnxruntime-migraphx", "onnxruntime-rocm"])
 def test_unavailable_ep_is_skipped_not_a_gap(backend):
-    from perfsuite.ops.sweep import available_backends
+    from perfsuite.measure.ops.sweep import available_backends
 
     ok, skipped = available_backends([backend, "torch"])
     assert ok == ["torch"] and backend in skipped

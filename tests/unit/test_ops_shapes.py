@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfsuite.ops.shapes import BOUNDS, SHAPE_CLASSES, canonical, llm_shapes
+from perfsuite.measure.ops.shapes import BOUNDS, SHAPE_CLASSES, canonical, llm_shapes
 
 B = BOUNDS["small"]
 

@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 
-from perfsuite.ops.tolerance import EPS, compare, tolerance
+from perfsuite.measure.ops.tolerance import EPS, compare, tolerance
 
 
 def test_tolerance_scales_with_eps_and_sqrt_k():

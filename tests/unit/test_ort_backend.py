@@ -17,13 +17,13 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 
-from perfsuite import cache_entry, models  # noqa: E402
-from perfsuite.backends import create  # noqa: E402
-from perfsuite.backends.onnxruntime import decoder_io, entries, tracing  # noqa: E402
-from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
-from perfsuite.backends.onnxruntime.backend import OrtBackend  # noqa: E402
-from perfsuite.backends.torch_backend import TorchBackend  # noqa: E402
-from perfsuite.cells import Cell, Scenario  # noqa: E402
+from perfsuite.facts import cache_entry, models  # noqa: E402
+from perfsuite.facts.cells import Cell, Scenario  # noqa: E402
+from perfsuite.measure.backends import create  # noqa: E402
+from perfsuite.measure.backends.onnxruntime import decoder_io, entries, tracing  # noqa: E402
+from perfsuite.measure.backends.onnxruntime import export as ex  # noqa: E402
+from perfsuite.measure.backends.onnxruntime.backend import OrtBackend  # noqa: E402
+from perfsuite.measure.backends.torch_backend import TorchBackend  # noqa: E402
 
 TINY = ("tiny-llama", "tiny-opt")
 SC = Scenario("smoke", 2, 16, 6)
@@ -304,7 +304,7 @@ def test_unreplaceable_forged_entry_says_how_to_clear_it(tmp_path: Path, monkeyp
 
 def test_int8_entry_follows_its_float_entry(tmp_path: Path) -> None:
     """A quantized entry made from another float graph (its float entry was rebuilt) is quantized again."""
-    from perfsuite.backends.onnxruntime.quantize import quantize
+    from perfsuite.measure.backends.onnxruntime.quantize import quantize
 
     opt = models.resolve("tiny-opt", tmp_path).path
     f = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)

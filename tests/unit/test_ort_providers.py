@@ -10,9 +10,9 @@ import pytest
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
-from perfsuite.backends.onnxruntime import providers as pv  # noqa: E402
-from perfsuite.backends.onnxruntime.backend import OrtBackend, capture_stderr_fd  # noqa: E402
-from perfsuite.cells import Cell, Scenario  # noqa: E402
+from perfsuite.facts.cells import Cell, Scenario  # noqa: E402
+from perfsuite.measure.backends.onnxruntime import providers as pv  # noqa: E402
+from perfsuite.measure.backends.onnxruntime.backend import OrtBackend, capture_stderr_fd  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 SC = Scenario("smoke", 1, 8, 4)

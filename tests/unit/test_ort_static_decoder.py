@@ -17,12 +17,12 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("torch")
 
-from perfsuite import models  # noqa: E402
-from perfsuite.backends import create  # noqa: E402
-from perfsuite.backends.onnxruntime import decoder_io, tracing  # noqa: E402
-from perfsuite.backends.onnxruntime import export as ex  # noqa: E402
-from perfsuite.backends.torch_backend import TorchBackend  # noqa: E402
-from perfsuite.cells import Cell, Scenario  # noqa: E402
+from perfsuite.facts import models  # noqa: E402
+from perfsuite.facts.cells import Cell, Scenario  # noqa: E402
+from perfsuite.measure.backends import create  # noqa: E402
+from perfsuite.measure.backends.onnxruntime import decoder_io, tracing  # noqa: E402
+from perfsuite.measure.backends.onnxruntime import export as ex  # noqa: E402
+from perfsuite.measure.backends.torch_backend import TorchBackend  # noqa: E402
 
 SC = Scenario("t", 2, 16, 8)
 TINY = ("tiny-llama", "tiny-opt")
@@ -131,7 +131,7 @@ def test_static_steps_past_capacity_refused() -> None:
 def test_calibration_table_from_the_static_export(perfsuite_cache: Path) -> None:
     """int8-static (MIGraphX): ORT's MinMax calibrator over the cell's own prefill and decode feeds, written as the
     flatbuffers table the MIGraphX EP reads; cached beside the export."""
-    from perfsuite.backends.onnxruntime import calibration
+    from perfsuite.measure.backends.onnxruntime import calibration
 
     path = models.resolve("tiny-llama").path
     res = ex.export(ex.ExportSpec(path, ex.model_digest(path), layout="static"))

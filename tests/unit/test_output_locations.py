@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from test_ab_cli import make_tree  # tests/unit is on sys.path (rootdir conftest, prepend import mode)
 
-from perfsuite import precheck
 from perfsuite.cli import main as cli
+from perfsuite.machine import precheck
 
 BAD = "/proc/perfsuite-nope"
 

@@ -1,4 +1,4 @@
-"""perfsuite.pbcompat against the installed pytest-benchmark: each private name it relies on, pinned.
+"""perfsuite.adapters.pytest.pbcompat against the installed pytest-benchmark: each private name it relies on, pinned.
 
 An upgrade of pytest-benchmark that renames or changes ``config._benchmarksession`` (``machine_id``, ``storage``,
 ``compare``, ``handle_loading``, ``disabled``, ``options``), ``BenchmarkFixture._mode`` / ``_make_stats`` or
@@ -15,7 +15,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from pytest_benchmark.session import BenchmarkSession
 from pytest_benchmark.stats import Metadata, Stats
 
-from perfsuite import pbcompat
+from perfsuite.adapters.pytest import pbcompat
 
 CONFTEST = """
 import pytest

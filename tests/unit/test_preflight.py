@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import preflight as pf
+from perfsuite.machine import preflight as pf
 
 ROOT = Path(__file__).resolve().parents[2]
 linux_only = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc")
@@ -57,7 +57,7 @@ def test_a_file_in_the_way_is_named(tmp_path):
 HOLDER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from perfsuite.preflight import SuiteLock
+    from perfsuite.machine.preflight import SuiteLock
     lock = SuiteLock(exclusive=sys.argv[2] == "exclusive", directory=Path(sys.argv[1]),
                      command="pytest tests/perf --perf-update-baselines")
     lock.acquire()
@@ -119,7 +119,7 @@ def test_a_killed_holder_releases_the_lock(tmp_path, holder):
 
 # ---- load ---------------------------------------------------------------------------------------------------------
 SPIN = "import time\nend = time.time() + 30\nwhile time.time() < end:\n    pass\n"
-SAMPLE = ("import json, sys; from perfsuite.preflight import sample_load; "
+SAMPLE = ("import json, sys; from perfsuite.machine.preflight import sample_load; "
           "print(json.dumps(sample_load(1.0, top_n=100_000).as_dict()))")  # every process that ran is listed
 
 

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from perfsuite import roofline as rl
-from perfsuite.cells import Cell, Scenario
-from perfsuite.models import PRESETS
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.facts.models import PRESETS
+from perfsuite.machine.roofline import core as rl
 
 SHORT = Scenario("short", 1, 64, 32)
 
@@ -219,7 +219,7 @@ def test_no_share_is_ever_above_one(llc: int | None, cache: float | None) -> Non
 
 def test_cache_bandwidth_is_measured_within_the_llc() -> None:
     pytest.importorskip("torch")
-    from perfsuite import roofline_cache
+    from perfsuite.machine.roofline import cache as roofline_cache
 
     m = roofline_cache.measure_cache_bandwidth(32 * 2**20)
     # Loose bounds: a loaded 2-core machine stalls a copy this small by a scheduler slice (< 1 GB/s seen here).

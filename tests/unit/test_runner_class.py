@@ -1,6 +1,6 @@
 import pytest
 
-from perfsuite import runner_class
+from perfsuite.machine import runner_class
 
 
 def test_cpu_class_is_model_tier_and_cores():

@@ -1,4 +1,4 @@
-"""perfsuite.schema: the one field type behind ``[tool.perfsuite]``, its gate policies and its backend options.
+"""perfsuite.facts.schema: the one field type behind ``[tool.perfsuite]``, its gate policies and its backend options.
 
 The property tests check that each table accepts exactly what its declared field allows, so a table cannot drift
 back to a hand-written check of its own without failing here."""
@@ -12,11 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfsuite import config, schema
-from perfsuite.backends import options
-from perfsuite.confirm import config as confirm_config
-from perfsuite.gate import policy
-from perfsuite.schema import Field
+from perfsuite.facts import backend_options as options
+from perfsuite.facts import config, schema
+from perfsuite.facts.schema import Field
+from perfsuite.verdict import confirm_config, policy
 
 VALUES = st.one_of(st.booleans(), st.integers(-20_000, 20_000), st.floats(allow_nan=True, allow_infinity=True),
                    st.sampled_from(["", "auto", "cell", "fail", "warn", "3m", "90s", "x", "refuse", "mark"]),

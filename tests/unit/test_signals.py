@@ -1,4 +1,4 @@
-"""SIGTERM as Ctrl-C (perfsuite.signals): raised as Terminated inside the block, the old handler back after it, and an
+"""SIGTERM as Ctrl-C (perfsuite.machine.signals): raised as Terminated inside the block, the old handler back after it, and an
 ignored SIGTERM left ignored."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from perfsuite import signals
+from perfsuite.machine import signals
 
 
 def test_sigterm_inside_the_block_raises_terminated_and_the_old_handler_comes_back() -> None:
@@ -60,7 +60,7 @@ def test_a_script_started_with_sigint_ignored_still_stops_and_cleans_up(sig: int
     import subprocess
     import sys
 
-    code = ("import sys, time\nfrom perfsuite.signals import stoppable\nwith stoppable():\n    try:\n"
+    code = ("import sys, time\nfrom perfsuite.machine.signals import stoppable\nwith stoppable():\n    try:\n"
             "        print('ready', flush=True); time.sleep(60)\n    except KeyboardInterrupt:\n"
             "        print('cleaned up', flush=True); sys.exit(3)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,

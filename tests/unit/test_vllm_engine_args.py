@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.backends.vllm_engine_args import (
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.measure.backends.vllm_engine_args import (
     VLLM_LLM_OPTIONS,
     VLLM_OPTIONS,
     VllmOptionError,
@@ -19,7 +20,6 @@ from perfsuite.backends.vllm_engine_args import (
     engine_env,
     llm_engine_args,
 )
-from perfsuite.cells import Cell, Scenario
 
 
 def cell(**kw):
@@ -136,7 +136,7 @@ def test_int8_dynamic_rejected():
 
 
 def test_availability_without_vllm(monkeypatch):
-    from perfsuite.backends.vllm_backend import VllmBackend
+    from perfsuite.measure.backends.vllm_backend import VllmBackend
 
     real_import = builtins.__import__
 
@@ -154,8 +154,8 @@ def test_availability_without_vllm(monkeypatch):
 
 
 def test_registered_and_cheap_constructor():
-    from perfsuite.backends import BACKENDS, create
+    from perfsuite.measure.backends import BACKENDS, create
 
-    assert BACKENDS["vllm"] == "perfsuite.backends.vllm_backend:VllmBackend"
+    assert BACKENDS["vllm"] == "perfsuite.measure.backends.vllm_backend:VllmBackend"
     b = create(cell())
     assert b.name == "vllm" and b.engine is None

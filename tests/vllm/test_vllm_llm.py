@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed")
 
-from perfsuite import models
-from perfsuite.backends.vllm_common import VllmEngineError
-from perfsuite.backends.vllm_engine_args import VllmOptionError
-from perfsuite.backends.vllm_llm import VllmLlmBackend
-from perfsuite.cells import Cell, Scenario
+from perfsuite.facts import models
+from perfsuite.facts.cells import Cell, Scenario
+from perfsuite.measure.backends.vllm_common import VllmEngineError
+from perfsuite.measure.backends.vllm_engine_args import VllmOptionError
+from perfsuite.measure.backends.vllm_llm import VllmLlmBackend
 
 SC = Scenario("t", 2, 16, 6)
 
@@ -34,8 +34,8 @@ def test_only_whole_generations_are_timed() -> None:
 
 def test_each_round_is_one_generate_call_and_there_are_no_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker's loop times one generate() call per generation; prefill()/decode() do not pretend to be steps."""
-    from perfsuite import measure
-    from perfsuite.backends.base import NoStepsError
+    from perfsuite.measure import loop as measure
+    from perfsuite.measure.backends.base import NoStepsError
 
     be = VllmLlmBackend(_cell())
     calls = []

@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("vllm", reason="vllm is not installed")
 psutil = pytest.importorskip("psutil")
 
-from perfsuite import models  # noqa: E402
-from perfsuite.backends import create  # noqa: E402
-from perfsuite.backends.vllm_backend import VllmBackend, VllmWorkerDied  # noqa: E402
-from perfsuite.cells import Cell, Scenario  # noqa: E402
+from perfsuite.facts import models  # noqa: E402
+from perfsuite.facts.cells import Cell, Scenario  # noqa: E402
+from perfsuite.measure.backends import create  # noqa: E402
+from perfsuite.measure.backends.vllm_backend import VllmBackend, VllmWorkerDied  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each test starts a vLLM engine (~10-20 s on 2 cores): the slow tier
 

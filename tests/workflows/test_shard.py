@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import shard
+from perfsuite.adapters.cli.shard import cell_ids
 from perfsuite.cli import main as cli
-from perfsuite.commands.shard import cell_ids
+from perfsuite.orchestrate import shard
 
 ids = st.lists(st.text("abcdefghijklmnop0123456789-", min_size=1, max_size=12), max_size=40)
 

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perfsuite.facts import config as cfg
+from perfsuite.facts.schema import parse_duration as parse_duration  # re-exported: the commands' one duration parser
+
+
+def add_command(sub: Any, name: str, help_: str, doc: str | None,
+                main: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` shows its module docstring as written, run by ``main``."""
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=doc,
+                                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(func=main)
+    return p
+
+
+def project_root() -> Path:
+    """The checkout holding ``[tool.perfsuite]`` and tests/perf, searched upwards from the working directory.
+    Outside one: ``SystemExit`` with a ``perfsuite: run this inside a perfsuite checkout ...`` line, exit status 1
+    (not a UsageError's ``perfsuite <command>: ...`` and 2)."""
+    pyproject = cfg.find_pyproject(Path.cwd())
+    if pyproject is None or not (pyproject.parent / "tests" / "perf").is_dir():
+        raise SystemExit("perfsuite: run this inside a perfsuite checkout (no pyproject.toml with [tool.perfsuite] "
+                         "and tests/perf/ above the current directory)")
+    return pyproject.parent
+
+
+def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -> None:
+    """Before any work: every output location (``(path, option, "file" | "folder")``) and, with ``cache`` (a
+    command that measures here), the model cache takes a file and the thread-count variables are readable; else
+    one UsageError line naming the option or variable and the fix."""
+    from perfsuite.facts.errors import UsageError
+    from perfsuite.machine import precheck
+
+    todo = list(items)
+    if cache:
+        path, named_by = precheck.cache_location(None)
+        todo.append((path, named_by, "folder"))
+    try:
+        precheck.check_locations(todo)
+        if cache:
+            precheck.check_thread_env(os.environ)
+    except precheck.PreflightError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def thread_mode(text: str) -> str:
+    """argparse type of ``--threads``: auto | cell | a thread count (perfsuite.machine.cotenant)."""
+    from perfsuite.machine import cotenant
+
+    try:
+        cotenant.parse_mode(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text

@@ -1,0 +1,24 @@
+"""Where artefacts derived from a model (ONNX exports, AWQ checkpoints) are cached.
+
+A cell knows its model directory, not the session's ``[tool.perfsuite] cache_dir``. A preset is materialised by
+:func:`perfsuite.facts.models.resolve` into ``<cache root>/models/<name>-<digest>/`` with a marker file, so the root the
+session chose can be read back from the model directory itself; derived artefacts then sit in the same cache.
+Precedence: an explicit root (a caller that knows the session's setting) > the root a perfsuite-materialised model
+lives in > :func:`perfsuite.facts.models.default_cache_dir` (``PERFSUITE_CACHE_DIR`` or ``~/.cache/perfsuite``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def root_for(model_dir: Path | None, explicit: Path | None = None) -> Path:
+    from perfsuite.facts import models
+
+    if explicit is not None:
+        return Path(explicit)
+    if model_dir is not None:
+        d = Path(model_dir)
+        if d.parent.name == "models" and (d / models.MARKER).is_file():
+            return d.parent.parent
+    return models.default_cache_dir()

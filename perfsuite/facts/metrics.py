@@ -1,0 +1,53 @@
+"""Latency summaries with vLLM's metric names (``mean_ttft_ms``, ``median_tpot_ms``, ``p99_itl_ms`` ...)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """``np.percentile`` with its default method (linear interpolation between closest ranks), which vLLM's
+    ``bench serve`` reports; NaN for no values."""
+    if len(values) == 0:
+        return math.nan
+    return float(np.percentile(values, q))
+
+
+def summarize(name: str, values_ms: Sequence[float]) -> dict[str, float]:
+    """``{mean,median,p90,p99}_<name>_ms`` for one metric (ttft, tpot, itl, e2el)."""
+    if not values_ms:
+        return {}
+    return {
+        f"mean_{name}_ms": sum(values_ms) / len(values_ms),
+        f"median_{name}_ms": percentile(values_ms, 50),
+        f"p90_{name}_ms": percentile(values_ms, 90),
+        f"p99_{name}_ms": percentile(values_ms, 99),
+    }
+
+
+def aggregates(samples: Mapping[str, Sequence[float]], scenario: Any) -> dict[str, float]:
+    """What a test's ``extra_info`` summarizes from its per-unit ``samples`` (``ttft_ms``, ``tpot_ms``, ...): vLLM's
+    summaries of every latency base sampled, and the throughputs of a ``scenario`` (perfsuite.facts.cells.Scenario; its
+    batch size, prompt and new tokens), as perfsuite.facts.vocabulary names them."""
+    from perfsuite.facts import vocabulary
+
+    out: dict[str, float] = {}
+    for name in vocabulary.LATENCIES:
+        out.update(summarize(name, samples.get(f"{name}_ms", [])))
+    sc = scenario
+    if "e2el_ms" in samples:
+        out[vocabulary.OUTPUT_THROUGHPUT] = sc.batch_size * sc.new_tokens / (out["mean_e2el_ms"] / 1e3)
+    if "ttft_ms" in samples:
+        out[vocabulary.PREFILL_THROUGHPUT] = sc.batch_size * sc.prompt_tokens / (out["mean_ttft_ms"] / 1e3)
+    if "tpot_ms" in samples and "e2el_ms" not in samples:
+        out[vocabulary.DECODE_THROUGHPUT] = sc.batch_size / (out["mean_tpot_ms"] / 1e3)
+    return out
+
+
+def tpot_ms(e2el_ms: float, ttft_ms: float, new_tokens: int) -> float:
+    """vLLM's TPOT of one request: time after the first token divided by the tokens after it."""
+    return (e2el_ms - ttft_ms) / (new_tokens - 1)

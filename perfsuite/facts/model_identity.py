@@ -1,0 +1,159 @@
+"""What a model is, so that the gate compares a run only with runs of the same model.
+
+A cell names its model (a preset, a checkpoint directory, a hub id in the local cache); a name says nothing about
+what is in the folder. The identity, recorded in ``extra_info["measured_by"]["model"]`` beside the options hash:
+
+* ``source``: ``preset`` or ``checkpoint`` (a directory or a hub snapshot).
+* ``config``: 12 hex digits. A preset: its digest (architecture, config, storage dtype, seed, materialisation
+  version; the suffix of its cache folder). A checkpoint: sha256 of its ``config.json`` without the keys that
+  only say who wrote it (``transformers_version``, ``_name_or_path`` and other ``_`` keys).
+* ``weights``: a preset: ``seeded`` (its weights are a function of the digest). A checkpoint: sha256 over the names
+  and the full contents of its ``*.safetensors`` files. Full contents, not only the headers: a same-shape
+  re-train or re-seed is another model, and values can decide speed (subnormals on a CPU, MoE routing). The file
+  is read once; its digest is cached in ``<cache>/fingerprints/`` keyed by path, size, mtime, ctime and inode, so
+  later runs only stat it (a rewrite changes ctime, which no copy tool sets back).
+* ``params`` (tensor elements; a preset's from its config, as the roofline counts them) and ``name`` (the model as
+  given) are shown, not compared: the config and weights decide them, and a moved checkpoint is the same model.
+
+Runs stored before identities (no ``measured_by["model"]``, e.g. the committed baselines) were of a preset when
+their cell's ``model`` is a preset's name (a checkpoint is recorded by its path): they stay comparable with that
+preset as long as their recorded ``model_params`` (when present) is the preset's count, so a preset whose shape
+changed since is refused. Any other run without an identity is incomparable with one that has it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import struct
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perfsuite.facts import models
+from perfsuite.facts.cells import identity_hash
+
+_CHUNK = 1 << 20
+
+
+def of(name: str, cache_dir: Path | None = None) -> dict[str, Any]:
+    """The identity of a model as the cell names it; ``{"name", "error"}`` (comparable with nothing) when its
+    files cannot be read."""
+    try:
+        if name in models.PRESETS:
+            return _preset(name)
+        return checkpoint(name, models.resolve(name, cache_dir, materialize=False).path, cache_dir)
+    except (OSError, ValueError, models.ModelError) as exc:
+        return {"name": name, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _preset(name: str) -> dict[str, Any]:
+    from perfsuite.machine.roofline.core import ModelShape
+
+    p = models.PRESETS[name]
+    return {"name": name, "source": "preset", "config": p.digest, "weights": "seeded",
+            "params": ModelShape.from_config(p.config).total_params()}
+
+
+def checkpoint(name: str, path: Path, cache_dir: Path | None = None) -> dict[str, Any]:
+    files = sorted(Path(path).glob("*.safetensors"))
+    w = hashlib.sha256()
+    params = 0
+    for f in files:
+        w.update(f"{f.name}:{file_sha256(f, cache_dir)}\n".encode())
+        params += safetensors_elements(f)
+    config = json.loads((Path(path) / "config.json").read_text(encoding="utf8"))
+    return {"name": name, "source": "checkpoint", "config": config_hash(config), "weights": w.hexdigest()[:12],
+            "params": params}
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    return identity_hash({k: v for k, v in config.items() if not k.startswith("_") and k != "transformers_version"})
+
+
+def safetensors_elements(path: Path) -> int:
+    """Elements of every tensor in a safetensors file, from its header (8-byte length + JSON) alone."""
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n))
+    return sum(math.prod(int(d) for d in t["shape"]) for key, t in header.items() if key != "__metadata__")
+
+
+def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
+    """sha256 of a file's contents, cached by its stat (path, size, mtime, ctime, inode)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+           "ino": st.st_ino}
+    entry = Path(cache_dir or models.default_cache_dir()) / "fingerprints" / \
+        f"{hashlib.sha256(real.encode()).hexdigest()[:24]}.json"
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        cached = json.loads(entry.read_text())
+        if {k: cached.get(k) for k in key} == key and isinstance(cached.get("sha256"), str):
+            return str(cached["sha256"])
+    h = hashlib.sha256()
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with open(real, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            h.update(view[:n])
+    digest = h.hexdigest()
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs a re-hash next time
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".fp.", dir=entry.parent)
+        with os.fdopen(fd, "w") as out:
+            json.dump({**key, "sha256": digest}, out)
+        os.replace(tmp, entry)
+    return digest
+
+
+# ------------------------------------------------------------------------------------------------- the gate
+def _key(ident: Mapping[str, Any]) -> tuple[Any, ...]:
+    return ident.get("source"), ident.get("config"), ident.get("weights")
+
+
+def _stored(bench: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    ident = ((bench.get("extra_info") or {}).get("measured_by") or {}).get("model")
+    return ident if isinstance(ident, Mapping) else None
+
+
+def describe(ident: Mapping[str, Any]) -> str:
+    if ident.get("error"):
+        return f"{ident.get('name')} (identity unknown: {ident['error']})"
+    weights = "seeded weights" if ident.get("weights") == "seeded" else f"weights {ident.get('weights')}"
+    params = f", {ident['params'] / 1e6:.1f} M params" if isinstance(ident.get("params"), int) else ""
+    return f"{ident.get('name')} ({ident.get('source')}, config {ident.get('config')}, {weights}{params})"
+
+
+def _describe_legacy(bench: Mapping[str, Any]) -> str:
+    info = bench.get("extra_info") or {}
+    p = info.get("model_params")
+    params = f", {p / 1e6:.1f} M params" if isinstance(p, (int, float)) else ""
+    return f"{(info.get('cell') or {}).get('model')} (recorded without a model identity{params})"
+
+
+def _legacy_same(known: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    info = old.get("extra_info") or {}
+    if known.get("source") != "preset" or (info.get("cell") or {}).get("model") != known.get("name"):
+        return False
+    p = info.get("model_params")
+    return p is None or p == known.get("params")
+
+
+def mismatch(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    """``["model <current> vs <baseline>"]`` when the two benchmark entries measured different models (or cannot
+    be shown to be the same); empty when comparable. Entries without identities on both sides: as before."""
+    a, b = _stored(current), _stored(baseline)
+    if a is None and b is None:
+        return []
+    if a is not None and b is not None:
+        same = _key(a) == _key(b) and not a.get("error")
+        return [] if same else [f"model {describe(a)} vs {describe(b)}"]
+    if a is not None:
+        return [] if _legacy_same(a, baseline) else [f"model {describe(a)} vs {_describe_legacy(baseline)}"]
+    assert b is not None
+    return [] if _legacy_same(b, current) else [f"model {_describe_legacy(current)} vs {describe(b)}"]

@@ -1,0 +1,57 @@
+"""``rocm-smi --showproductname --showmeminfo vram --showdriverversion --json`` (deprecated for amd-smi, still
+shipped). Keys differ across versions ("Card series" / "Card Series"); "GFX Version" renders gfx90a as gfx9010."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfsuite.machine.doctor import gfx
+from perfsuite.machine.doctor._parse import clean, json_document, tool_output
+from perfsuite.machine.doctor.facts import Gpu, SourceResult
+from perfsuite.machine.doctor.host import Host
+
+NAME = "rocm-smi"
+_NAME_KEYS = ("Device Name", "Card Series", "Card series", "Card Model", "Card model")
+
+
+def _get(card: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        v = clean(card.get(k))
+        if v is not None:
+            return v
+    return None
+
+
+def parse(text: str) -> tuple[list[Gpu], dict[str, str]]:
+    """(GPUs in card order, system facts such as the driver version)."""
+    doc = json_document(text)
+    if not isinstance(doc, dict):
+        raise ValueError("rocm-smi JSON is not an object")
+    system = doc.get("system", {}) if isinstance(doc.get("system"), dict) else {}
+    facts = {"driver": str(system["Driver version"])} if clean(system.get("Driver version")) else {}
+    cards = sorted((k for k in doc if k.startswith("card") and k[4:].isdigit()), key=lambda k: int(k[4:]))
+    gpus = []
+    for key in cards:
+        card = doc[key]
+        total = _get(card, "VRAM Total Memory (B)", "GPU memory available")
+        used = _get(card, "VRAM Total Used Memory (B)", "GPU memory use")
+        gpus.append(Gpu("amd", _get(card, *_NAME_KEYS), gfx.normalize(_get(card, "GFX Version")),
+                        int(total) if total is not None else None, facts.get("driver"), int(key[4:]), NAME,
+                        {k: v for k, v in {"vram_used_bytes": int(used) if used is not None else None,
+                                           "kfd_node": _get(card, "Node ID"), "sku": _get(card, "Card SKU"),
+                                           "gfx_version_as_printed": _get(card, "GFX Version")}.items()
+                         if v is not None}))
+    return gpus, facts
+
+
+def probe(host: Host) -> SourceResult:
+    out = tool_output(host, NAME, "rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion",
+                      "--json")
+    if isinstance(out, SourceResult):
+        return out
+    try:
+        gpus, facts = parse(out)
+    except ValueError as exc:
+        # Without a driver rocm-smi exits 0 and prints "WARNING: No JSON data to report".
+        return SourceResult(NAME, "empty", f"{out.strip()[:120] or exc}")
+    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus, facts)

@@ -1,0 +1,247 @@
+"""The processes a vLLM engine starts, and the part of both vLLM backends that looks after them.
+
+Everything an engine starts is a child of this process. :class:`EngineProcesses` records them around the start,
+turns vLLM's follow-up errors after a worker died (``RuntimeError: cancelled``, ``collective_rpc should not be
+called on follower node``, ``EngineDeadError``) into :class:`VllmWorkerDied` naming the process and its exit signal
+or code, and :func:`shutdown_engine` waits for all of them (killing what vLLM's shutdown left) so none outlives a
+cell. :class:`EngineBackend` starts an engine under the cell's environment with its processes recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from perfsuite.facts.cells import Cell
+from perfsuite.machine import memory
+from perfsuite.measure.backends.base import MemoryStats
+from perfsuite.measure.backends.vllm_common import (
+    VllmEngineError,
+    VllmWorkerDied,
+    describe_exit,
+    exc_message,
+    fresh_vllm_envs,
+    model_path_for,
+    platform_reason,
+    scoped_env,
+    validate_with_vllm,
+)
+from perfsuite.measure.backends.vllm_engine_args import engine_env
+
+DEATH_GRACE_S = 2.0  # after an engine error, how long a dying worker may take to be seen dead
+SHUTDOWN_WAIT_S = 15.0
+
+
+class EngineProcesses:
+    """The processes one engine started (children of this process that appeared while it started).
+
+    Exit statuses come from vLLM's own ``multiprocessing`` handles where this process holds them (the model
+    workers of an in-process engine core, or the engine-core process), so nothing here reaps a child behind
+    ``multiprocessing``'s back.
+    """
+
+    def __init__(self) -> None:
+        self.before: set[int] = set()
+        self.pids: list[int] = []
+        self.handles: list[Any] = []  # multiprocessing BaseProcess objects (have .name, .pid, .exitcode)
+
+    def mark(self) -> None:
+        import psutil
+
+        self.before = {p.pid for p in psutil.Process().children(recursive=True)}
+
+    def collect(self, engine: Any | None) -> None:
+        """Record the new children (and vLLM's handles on them, if ``engine`` is an ``LLMEngine``)."""
+        import psutil
+
+        for p in psutil.Process().children(recursive=True):
+            if p.pid not in self.before and p.pid not in self.pids and not _is_resource_tracker(p):
+                self.pids.append(p.pid)
+        if engine is not None:
+            self.handles = _process_handles(engine)
+
+    def dead(self) -> list[str]:
+        """Descriptions of the engine's processes that are no longer running."""
+        seen = {h.pid for h in self.handles}
+        out = [describe_exit(h.name, h.pid, code) for h in self.handles if (code := h.exitcode) is not None]
+        out += [describe_exit("vLLM process", pid, None) for pid in self.pids if pid not in seen and not _running(pid)]
+        return out
+
+    def wait_dead(self, grace_s: float) -> list[str]:
+        deadline = time.monotonic() + grace_s
+        while True:
+            dead = self.dead()
+            if dead or time.monotonic() >= deadline:
+                return dead
+            time.sleep(0.05)
+
+    def alive(self) -> list[int]:
+        return [pid for pid in self.pids if _running(pid)]
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[None]:
+        """Turn any engine error that follows the death of one of these processes into :class:`VllmWorkerDied`."""
+        try:
+            yield
+        except VllmEngineError:
+            raise
+        except Exception as exc:
+            dead = self.wait_dead(DEATH_GRACE_S)
+            if dead:
+                raise VllmWorkerDied(
+                    f"vLLM worker died: {'; '.join(dead)}; the engine cannot continue this cell (vLLM then "
+                    f"raised {type(exc).__name__}: {exc_message(exc)})") from exc
+            raise
+
+    def reset_peak_rss(self) -> None:
+        memory.reset_peak_rss()
+        for pid in self.pids:
+            memory.reset_peak_rss(pid)
+
+    def peak_rss_bytes(self) -> int | None:
+        """Peak RSS of this process plus the engine's live processes (the model lives in the workers)."""
+        total = (memory.peak_rss_bytes() or 0) + sum(memory.peak_rss_bytes(pid) or 0 for pid in self.alive())
+        return total or None
+
+    def reap(self, timeout_s: float = SHUTDOWN_WAIT_S) -> list[int]:
+        """Wait for every recorded process to end; kill (and report) those still running after ``timeout_s``."""
+        import psutil
+
+        self.collect(None)  # children started after load() recorded them (a TP rank spawned late)
+        procs = []
+        for pid in self.pids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                procs.append(psutil.Process(pid))
+        _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+        killed = []
+        for p in alive:  # vLLM's shutdown left them: end them (they are ours, started by the engine)
+            killed.append(p.pid)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+        for h in self.handles:  # let multiprocessing collect its own children (no zombies left)
+            with contextlib.suppress(Exception):
+                h.join(timeout=0)
+        return killed
+
+
+def _process_handles(engine: Any) -> list[Any]:
+    """vLLM's ``multiprocessing`` handles on its processes: model workers of an in-process engine core
+    (``InprocClient.engine_core.model_executor.workers[i].proc``) or the engine-core process(es) of a
+    multiprocess client (``client.resources.engine_manager.processes``)."""
+    client = getattr(engine, "engine_core", None)
+    executor = getattr(getattr(client, "engine_core", None), "model_executor", None)
+    workers = getattr(executor, "workers", None) or []
+    handles = [w.proc for w in workers if getattr(w, "proc", None) is not None]
+    manager = getattr(getattr(client, "resources", None), "engine_manager", None)
+    handles.extend(getattr(manager, "processes", None) or [])
+    return handles
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (ended, not yet reaped)."""
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _is_resource_tracker(p: Any) -> bool:
+    """multiprocessing's resource tracker lives for the whole Python process, not for one engine."""
+    try:
+        return any("resource_tracker" in part for part in p.cmdline())
+    except Exception:
+        return False
+
+
+def shutdown_engine(engine: Any, procs: EngineProcesses) -> list[int]:
+    """Shut an ``LLMEngine`` down and wait for its processes; returns the pids that had to be killed."""
+    try:
+        if engine is not None:
+            engine.engine_core.shutdown()
+            # vLLM's multiprocess client closes its sockets but never terminates their zmq context (a
+            # ResourceWarning at garbage collection); the sockets are closed, so ending it is safe.
+            ctx = getattr(engine.engine_core, "ctx", None)
+            if ctx is not None and hasattr(ctx, "destroy"):
+                ctx.destroy(linger=0)
+    except Exception:
+        pass  # a dead worker makes vLLM's shutdown raise; the processes are ended below either way
+    finally:
+        del engine
+        gc.collect()
+        fresh_vllm_envs()
+        gc.unfreeze()  # the engine core gc.freeze()s its start-up heap in the process it runs in
+    return procs.reap()
+
+
+class EngineBackend:
+    """What both vLLM backends do around their engine: start it under the cell's environment recording the processes
+    it starts, end them if ``load()`` fails after the start, and report memory over all of them."""
+
+    def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
+        self.cell = cell
+        self.name = cell.backend
+        self._procs = EngineProcesses()
+        self._info: dict[str, Any] = {}
+
+    def load(self) -> None:
+        """Start the engine. If anything fails after processes were started, they are ended before re-raising."""
+        self._procs.mark()
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def engine_args(self, model_path: str | None = None) -> dict[str, Any]:  # pragma: no cover - each its own
+        raise NotImplementedError
+
+    def availability(self) -> str | None:
+        """Why the cell cannot run on this install, or None. The cell's option errors raise here (a usage error,
+        not a skip), before vLLM sees anything."""
+        reason = platform_reason(self.cell)
+        if reason:
+            return reason
+        self.engine_args()
+        return validate_with_vllm(self.cell, self.engine_args)
+
+    def _resolve(self) -> tuple[dict[str, Any], dict[str, str], dict[str, Any] | None]:
+        """The engine's keyword arguments and environment for the cell, and the AWQ checkpoint's facts (AWQ cells)."""
+        path, awq_info = model_path_for(self.cell)
+        return self.engine_args(path), engine_env(self.cell), awq_info
+
+    def _load(self) -> None:  # pragma: no cover - each backend has its own
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - each backend has its own
+        raise NotImplementedError
+
+    def _start(self, env: dict[str, str], make: Callable[[], Any]) -> float:
+        """``make()`` (which returns the ``LLMEngine``) under ``env``; returns the seconds it took. The engine's
+        processes are recorded even when ``make()`` fails half-way, so ``close()`` can end them."""
+        t0 = time.perf_counter()
+        engine: Any = None
+        try:
+            with scoped_env(env):
+                fresh_vllm_envs()
+                engine = make()
+        finally:
+            self._procs.collect(engine)
+        fresh_vllm_envs()
+        return time.perf_counter() - t0
+
+    def engine_processes_alive(self) -> list[int]:
+        """Pids of the processes this backend's engine started that still run."""
+        return self._procs.alive()
+
+    def reset_peak_memory(self) -> None:
+        self._procs.reset_peak_rss()
+
+    def memory_stats(self) -> MemoryStats:
+        return MemoryStats(peak_rss_bytes=self._procs.peak_rss_bytes())

@@ -1,0 +1,118 @@
+"""vLLM as its users run it: ``vllm.LLM(...).generate(...)`` with vLLM's defaults (backend name ``vllm-llm``).
+
+The step backend (:mod:`perfsuite.measure.backends.vllm_backend`) drives ``LLMEngine.step()`` with async scheduling and
+the engine-core process off, which is what makes its TTFT and inter-token latencies exact, but its figures then
+describe a non-default engine. This backend keeps vLLM's defaults (async scheduling, engine core in its own
+process, torch.compile / CUDA graphs unless ``enforce_eager``, chunked prefill, its batch limits) and times what a
+user's ``LLM.generate`` call costs, the way ``vllm bench latency`` does: one timed call = one generation of the
+batch, ``max_tokens = new_tokens``, ``ignore_eos`` (exactly n tokens, checked). The only departures from
+``vllm.LLM()``'s defaults are those ``vllm bench latency`` makes or that token-id prompts need (see
+:func:`~perfsuite.measure.backends.vllm_engine_args.llm_engine_args`).
+
+Only whole generations are timed (``timed_metrics = ("e2el",)``, :class:`~perfsuite.measure.backends.base.WholeBackend`):
+``generate()`` returns when the batch is done, so there is no honest TTFT or per-step time from the host. The
+worker times each ``generate()`` call as one test_e2el round; ``prefill()``/``decode()`` raise, and
+:meth:`VllmLlmBackend.metric_unavailable` says why TTFT/TPOT cells are skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfsuite.facts.cells import Cell
+from perfsuite.measure.backends.base import WholeBackend
+from perfsuite.measure.backends.vllm_common import VllmEngineError
+from perfsuite.measure.backends.vllm_engine import EngineBackend, shutdown_engine
+from perfsuite.measure.backends.vllm_engine_args import llm_engine_args
+
+
+class VllmLlmBackend(EngineBackend, WholeBackend):
+    def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
+        super().__init__(cell, cache_dir)
+        self.llm: Any = None
+        self._sp: Any = None
+
+    def metric_unavailable(self, metric: str) -> str | None:
+        """Why this backend cannot time ``metric`` (``ttft``/``tpot``/``e2el``), or None."""
+        if metric in self.timed_metrics:
+            return None
+        return (f"{self.name} times whole LLM.generate() calls with vLLM's defaults (async scheduling, engine-core "
+                f"process): no host-side {metric.upper()} exists there; the vllm backend's step loop measures it")
+
+    # ------------------------------------------------------------------ lifecycle
+    def engine_args(self, model_path: str | None = None) -> dict[str, Any]:
+        return llm_engine_args(self.cell, model_path)
+
+    def _load(self) -> None:
+        import vllm
+        from vllm import LLM, SamplingParams
+
+        kwargs, env, awq_info = self._resolve()
+
+        def make() -> Any:
+            self.llm = LLM(**kwargs)
+            return self.llm.llm_engine
+
+        start_s = self._start(env, make)
+        # As vllm bench latency asks: ignore_eos + max_tokens (no min_tokens, no per-request seed: both add work
+        # to every step in vLLM's sampler); generate() checks that exactly new_tokens came back.
+        self._sp = SamplingParams(temperature=float(self.cell.option("temperature", 0.0)), top_p=1.0,
+                                  max_tokens=self.cell.scenario.new_tokens, ignore_eos=True, detokenize=False)
+        cfg = self.llm.llm_engine.vllm_config
+        self._info = {
+            "vllm": vllm.__version__, "engine_start_s": start_s,
+            "engine_api": "vllm.LLM.generate (vLLM's defaults)", "engine_args": {k: v for k, v in kwargs.items()
+                                                                                if k != "model"},
+            "engine_env": env, "timed_metrics": list(self.timed_metrics),
+            "sampling": {"temperature": self._sp.temperature, "max_tokens": self._sp.max_tokens,
+                         "ignore_eos": True},
+            "resolved": {
+                "dtype": str(cfg.model_config.dtype).removeprefix("torch."),
+                "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
+                "enable_prefix_caching": bool(cfg.cache_config.enable_prefix_caching),
+                "chunked_prefill": bool(cfg.scheduler_config.enable_chunked_prefill),
+                "max_num_seqs": cfg.scheduler_config.max_num_seqs,
+                "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
+                "enforce_eager": bool(cfg.model_config.enforce_eager),
+                "compilation_mode": str(getattr(cfg.compilation_config, "mode", None)),
+                "executor": cfg.parallel_config.distributed_executor_backend,
+                "tensor_parallel_size": cfg.parallel_config.tensor_parallel_size,
+                "quantization": cfg.model_config.quantization,
+                "max_model_len": cfg.model_config.max_model_len,
+            },
+            "engine_pids": list(self._procs.pids),
+        }
+        if awq_info is not None:
+            self._info["awq"] = awq_info
+
+    def close(self) -> None:
+        llm, self.llm = self.llm, None
+        engine = llm.llm_engine if llm is not None else None
+        del llm
+        self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts: list[list[int]], new_tokens: int | None = None) -> list[list[int]]:
+        """One ``LLM.generate`` call for the batch (what one timed round is); the generated token ids. The sampling
+        parameters are built at load for the cell's ``new_tokens``; another count is refused."""
+        from vllm.inputs import TokensPrompt
+
+        if self.llm is None:
+            raise VllmEngineError("load() first")
+        if new_tokens is not None and new_tokens != self.cell.scenario.new_tokens:
+            raise VllmEngineError(f"generate(new_tokens={new_tokens}): this cell generates exactly "
+                                  f"{self.cell.scenario.new_tokens} tokens (its scenario's new_tokens)")
+        with self._procs.watch():
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], self._sp,
+                                     use_tqdm=False)
+        tokens = [list(o.outputs[0].token_ids) for o in outs]
+        n = self.cell.scenario.new_tokens
+        if [len(t) for t in tokens] != [n] * len(prompts):
+            raise VllmEngineError(f"LLM.generate returned {[len(t) for t in tokens]} tokens per request, expected "
+                                  f"exactly {n} (ignore_eos, min_tokens = max_tokens = {n})")
+        return tokens
+
+    # ------------------------------------------------------------------ facts
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)

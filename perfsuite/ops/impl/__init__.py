@@ -1,1 +1,0 @@
-"""Op definitions of :mod:`perfsuite.ops.registry`."""

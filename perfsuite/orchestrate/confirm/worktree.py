@@ -1,0 +1,90 @@
+"""A's tree: the baselines' commit checked out into a temporary ``git worktree``, removed afterwards on success,
+failure, Ctrl-C and SIGTERM (a CI job being cancelled): while the tree exists SIGTERM is turned into the Ctrl-C path,
+and a SIGINT during the removal is held back until it is done."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from perfsuite.machine.signals import sigterm_as_interrupt
+
+
+class CannotConfirm(Exception):
+    """Why no A/B can confirm a stored-baseline regression, with the fix; one line."""
+
+
+SHALLOW_FIX = ("fetch the history: `git fetch --unshallow` (GitHub Actions: actions/checkout with `fetch-depth: 0`)")
+
+
+def _git(cwd: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=timeout_s)
+
+
+def toplevel(path: Path) -> Path:
+    try:
+        proc = _git(path, "rev-parse", "--show-toplevel")
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CannotConfirm(f"git is not available ({exc}); install git so the baselines' commit can be checked "
+                            "out") from None
+    if proc.returncode != 0:
+        raise CannotConfirm(f"{path} is not a git checkout, so the baselines' commit cannot be checked out for an "
+                            "A/B; run from a clone of the repository (not an unpacked archive)")
+    return Path(proc.stdout.strip()).resolve()
+
+
+def check_commit(top: Path, sha: str) -> None:
+    proc = _git(top, "cat-file", "-e", f"{sha}^{{commit}}")
+    if proc.returncode == 0:
+        return
+    shallow = _git(top, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+    why = "this clone is shallow" if shallow else "it is not in this clone"
+    raise CannotConfirm(f"the baselines' commit {sha[:12]} is absent ({why}); {SHALLOW_FIX}, or `git fetch origin "
+                        f"{sha}`")
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Defer Ctrl-C while cleaning up (only the main thread can set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got:
+            raise KeyboardInterrupt
+
+
+def remove(top: Path, tree: Path) -> None:
+    with _sigint_held():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            _git(top, "worktree", "remove", "--force", str(tree))
+        shutil.rmtree(tree.parent, ignore_errors=True)
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            _git(top, "worktree", "prune")
+
+
+@contextlib.contextmanager
+def temporary_worktree(top: Path, sha: str) -> Iterator[Path]:
+    """``top``'s commit ``sha`` in a fresh detached worktree under the temp dir; gone when the block ends."""
+    with sigterm_as_interrupt():
+        tree = Path(tempfile.mkdtemp(prefix="perfsuite-confirm-")) / "a"
+        try:
+            proc = _git(top, "worktree", "add", "--detach", "--quiet", str(tree), sha, timeout_s=600)
+            if proc.returncode != 0:
+                tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise CannotConfirm(f"git worktree add of {sha[:12]} failed ({tail}); check `git worktree list` and "
+                                    "the free space of the temp dir")
+            yield tree
+        finally:
+            remove(top, tree)

@@ -1,0 +1,84 @@
+"""Baseline acceptance at the end of a recording run (``--perf-update-baselines``): a run is stored only if the
+whole session passed, it measured something, and the gate's own outlier test does not say the machine was
+disturbed; the write is atomic (perfsuite.orchestrate.baselines.write_run). A refused or failed write says what it kept.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from perfsuite.adapters.pytest import pbcompat
+from perfsuite.orchestrate import baselines
+from perfsuite.orchestrate.session import PerfSession
+
+
+def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool) -> bool:
+    """Store this run's JSON (``ps.baseline_json``) as a baseline run, or note why not. False when the session must
+    fail (a refusal by the outlier test, a write that failed after measuring)."""
+    tmp = ps.baseline_json
+    assert tmp is not None
+    keep = False
+    try:
+        if exitstatus != 0 or testsfailed:
+            ps.notes.append(f"perfsuite: run did not pass (exit status {exitstatus}); no baseline written")
+            return True
+        data = json.loads(tmp.read_text()) if tmp.is_file() else {}
+        if not data.get("benchmarks"):
+            ps.notes.append("perfsuite: no benchmark ran; no baseline written")
+            return True
+        refusal = outlier(ps, data)
+        if refusal:
+            ps.notes.append(refusal)
+            return False
+        try:
+            path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{pbcompat.get_tag()}",
+                                       baselines_dir=ps.settings.config.baselines_dir)
+        except (OSError, baselines.BaselineError) as exc:
+            keep = True
+            ps.notes.append(f"perfsuite: could not store the baseline in {ps.baseline_dir} ({exc}); this run's "
+                            f"results are kept in {tmp}: fix the folder and copy it in with perfsuite's name scheme")
+            return False
+        ps.notes.append(f"perfsuite: recorded baseline {path}")
+        return True
+    finally:
+        if not keep and tmp.is_file() and tmp.name.startswith("perfsuite-run-"):
+            tmp.unlink()
+
+
+def _slower_and_noisy(v: Any) -> bool:
+    """Inconclusive only because the new run is noisy inside, while its estimate is worse than the threshold: a
+    run whose processes stalled (seen: 4 of 10 at 30-550x the others beside a co-runner) is too noisy to fail the
+    test, and exactly the run that must not become a baseline."""
+    if v.kind != "inconclusive" or v.ratio is None:
+        return False
+    worse = v.ratio - 1 if v.direction == "lower_is_better" else 1 / v.ratio - 1
+    return worse > v.threshold
+
+
+def outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:
+    """The gate's own test of the new run against the stored ones: a run much slower than them was most likely
+    disturbed (two recordings at once, a busy neighbour) and must not become a baseline silently."""
+    from perfsuite import verdict as gate
+    from perfsuite.verdict import report
+
+    try:
+        runs = baselines.read_runs(ps.baseline_dir, ps.runner_class)
+    except baselines.BaselineError:
+        return None
+    runs = [r for r in runs if not gate.is_contended(r)]
+    if len(runs) < 3:
+        return None
+    verdicts = gate.compare_runs(runs[-ps.gate_config.baseline_runs:], [data], ps.gate_config)
+    slower = [v for v in verdicts if not v.exact and (v.failed or _slower_and_noisy(v))]
+    if not slower:
+        return None
+    why = "; ".join(f"{v.test.split('::')[-1]} {report.describe(v)}" for v in slower[:3])
+    if ps.settings.config.preflight.on_busy == "mark":
+        data.setdefault("machine_info", {}).setdefault("perfsuite", {})["contended"] = {"outlier": why}
+        ps.notes.append(f"perfsuite: recording a run marked contended (the gate will not use it): {why}")
+        return None
+    return (f"perfsuite: not recording a baseline: this run is slower than the {len(runs)} stored run(s) of "
+            f"{ps.runner_class}, so the machine was probably disturbed: {why}. Re-run on a quiet machine; if the "
+            f"slowdown is real and intended, start a new series (git mv {ps.baseline_dir} "
+            f"{ps.baseline_dir}-before-<change>) and record again")
