@@ -384,7 +384,8 @@ def cmd_reeval(out: Path, overrides: list[str]) -> None:
     """The same pytest trials (their kept run JSONs) decided again under other gate settings, e.g. a min_run_cv
     floor measured separately: a paired comparison of settings on identical measurements, not new trials."""
     from perfsuite.orchestrate import baselines
-    from perfsuite.verdict import GateSession, parse_config
+    from perfsuite.verdict.policy import parse_config
+    from perfsuite.verdict.screen import GateSession
 
     # the A tree's folder: named with the CPU tier since issue 17, without it in trees checked out before
     base_dir = next((d for d in (out / "A" / "baselines" / n for n in ("cpu-intel-xeon-amx-2c", "cpu-intel-xeon-2c"))

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from perfsuite.machine import devicemem, doctor  # noqa: E402
 from perfsuite.machine.doctor.report import render  # noqa: E402
-from perfsuite.machine.roofline import cache as roofline_cache  # noqa: E402
-from perfsuite.machine.roofline import core as roofline  # noqa: E402
+from perfsuite.machine.roofline import annotate, peaks  # noqa: E402
+from perfsuite.machine.roofline.datasheet import datasheet  # noqa: E402
 
 GiB = 2**30
 OTHER_PROCESS = ("import sys, time, torch; n = int(sys.argv[1]); x = torch.empty(n, dtype=torch.uint8, device='cuda');"
@@ -102,17 +102,17 @@ def check_devicemem_other_process(lines: list[str]) -> dict[str, Any]:
 
 def check_bandwidth(torch: Any, lines: list[str]) -> dict[str, Any]:
     name = torch.cuda.get_device_name(0)
-    spec = roofline.datasheet(name)
+    spec = datasheet(name)
     out: dict[str, Any] = {"device_name": name, "datasheet": spec.__dict__ if spec else None}
     for size in (256 * 2**20, GiB, 2 * GiB):
-        m = roofline.measure_copy_bandwidth("cuda:0", nbytes=size, repeats=10)
+        m = peaks.measure_copy_bandwidth("cuda:0", nbytes=size, repeats=10)
         ref = spec.bandwidth_bytes_per_s if spec else None
         eff = m.value / ref if ref else None
         out[f"copy_{size // 2**20}MiB"] = {**m.as_dict(), "fraction_of_datasheet": eff}
         log(lines, f"[bandwidth] {m.method}: best {m.value / 1e9:.0f} GB/s, median {m.median / 1e9:.0f} GB/s"
                    + (f" = {eff:.1%} of the datasheet {ref / 1e12:.2f} TB/s" if eff and ref else ""))
     for dtype in ("bfloat16", "float16"):
-        mm = roofline.measure_matmul_flops("cuda:0", dtype, n=8192, repeats=10)
+        mm = peaks.measure_matmul_flops("cuda:0", dtype, n=8192, repeats=10)
         peak = spec.peak_flops_per_s.get(dtype) if spec else None
         out[f"matmul_{dtype}"] = {**mm.as_dict(), "fraction_of_datasheet": mm.value / peak if peak else None}
         log(lines, f"[matmul] {mm.method}: {mm.value / 1e12:.0f} TFLOP/s"
@@ -125,7 +125,7 @@ def check_decode_roofline(torch: Any, lines: list[str], bandwidth: float, flops:
                           prompt: int = 512, new: int = 64) -> dict[str, Any]:
     """A Llama-shaped model (random weights built on the device: no download), batch 1, ``prompt`` tokens then
     ``new`` tokens; each decode step timed (CUDA events on a GPU); the median step gives the roofline
-    (perfsuite.machine.roofline.core.annotate)."""
+    (perfsuite.machine.roofline.annotate)."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from perfsuite.facts.cells import Cell, Scenario
@@ -172,12 +172,12 @@ def check_decode_roofline(torch: Any, lines: list[str], bandwidth: float, flops:
     agg = {"median_itl_ms": steps[len(steps) // 2], "median_ttft_ms": ttft_ms}
     cell = Cell("torch", model_name, dtype, Scenario("gpu-check", 1, prompt, new), device="cuda" if gpu else "cpu")
     name = torch.cuda.get_device_name(0) if gpu else None
-    extra = roofline.annotate(cell, cfg_dict, agg, bandwidth, device_name=name, matmul_flops_per_s=flops)
+    extra = annotate.annotate(cell, cfg_dict, agg, bandwidth, device_name=name, matmul_flops_per_s=flops)
     eff_ds = extra.get("bandwidth_efficiency_datasheet")
     log(lines, f"[roofline] {model_name} {dtype} b1 p{prompt} n{new}: step {agg['median_itl_ms']:.2f} ms, "
                f"{extra['decode_bytes_per_step'] / 1e9:.3f} GB/step -> "
                f"{extra['achieved_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s = "
-               + roofline_cache.share_text(extra)
+               + annotate.share_text(extra)
                + (f", {eff_ds:.1%} of datasheet" if eff_ds else "")
                + f"; prefill {extra['achieved_prefill_flops_per_s'] / 1e12:.3f} TFLOP/s")
     log(lines, f"[roofline] device memory during it: {mem.result.extra_info() or 'not measured (' + str(mem.result.error) + ')'}")

@@ -1,4 +1,4 @@
-"""Allowed backend options per backend: ``[tool.perfsuite.backend_options.<backend>]``, checked at configure time.
+"""The backends by name, and the options each allows: ``[tool.perfsuite.backend_options.<backend>]``, checked at configure time.
 
 One table per backend name maps an option key to an :class:`Option` (type, allowed values or range, whether it
 changes the timed workload). :func:`validate` refuses an unknown key or a bad value with a message naming the key,
@@ -18,6 +18,22 @@ from typing import Any
 
 from perfsuite.facts.schema import Field as Option  # the one field type of every perfsuite table (perfsuite.schema)
 from perfsuite.facts.schema import first_unknown, toml
+
+# The backends: name -> "module:Class" (perfsuite.measure.backends.create imports the class when a cell of it runs). ONNX Runtime names carry the execution provider, as in the cell id.
+BACKENDS: dict[str, str] = {
+    "torch": "perfsuite.measure.backends.torch_backend:TorchBackend",
+    "torch-compile": "perfsuite.measure.backends.torch_backend:TorchBackend",
+    **{f"onnxruntime-{ep}": "perfsuite.measure.backends.onnxruntime:OrtBackend"
+       for ep in ("cpu", "cuda", "rocm", "migraphx", "dml")},
+    "vllm": "perfsuite.measure.backends.vllm_backend:VllmBackend",
+    # vLLM with its defaults through its public API (LLM.generate): end-to-end latency only
+    "vllm-llm": "perfsuite.measure.backends.vllm_llm:VllmLlmBackend",
+}
+
+
+def known_backends() -> tuple[str, ...]:
+    return tuple(BACKENDS)
+
 
 
 class OptionError(ValueError):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from perfsuite.facts import identity_hash
+from perfsuite.facts.backend_options import workload_items
+from perfsuite.facts.presets import PRESETS
 
 DTYPES = ("float32", "bfloat16", "float16")
 # int8-static: MIGraphX's calibrated int8 (onnxruntime-migraphx cells; see docs/recipes.md)
@@ -110,8 +112,6 @@ def cell_of(item: Any) -> Cell | None:
 
 def identity_of(cell: dict[str, Any]) -> dict[str, Any]:
     """:meth:`Cell.identity` of a stored cell (``extra_info["cell"]``, a :meth:`Cell.as_dict`)."""
-    from perfsuite.facts.backend_options import workload_items
-
     return {"options": workload_items(str(cell.get("backend")), dict(cell.get("options") or {})),
             "device": cell.get("device", "cpu"), "seed": cell.get("seed", 0)}
 
@@ -122,19 +122,9 @@ def options_hash_of(cell: dict[str, Any]) -> str:
     return identity_hash(identity_of(cell))
 
 
-def identity_hash(identity: dict[str, Any], separators: tuple[str, str] = (",", ":"), n: int = 12) -> str:
-    """The one options hash: ``n`` hex digits of the sorted JSON of what makes a cell's workload (a latency cell's
-    :func:`identity_of`, a serving cell's load point; also preset, AWQ and config digests). ``separators`` only
-    keeps hashes already stored stable."""
-    blob = json.dumps(identity, sort_keys=True, separators=separators, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:n]
-
-
 def model_slug(model: str) -> str:
     """Preset names stay as they are; paths and hub ids become their last component, with ``local-`` in front when
     that component is a preset's name (``./m/tiny-llama`` -> ``local-tiny-llama``): another model must not read as
     the preset, share its baselines' test names, or be merged with it when both are selected."""
-    from perfsuite.facts.models import PRESETS
-
     slug = model.rstrip("/").rsplit("/", 1)[-1].replace("_", "-").lower()
     return f"local-{slug}" if model not in PRESETS and slug in PRESETS else slug

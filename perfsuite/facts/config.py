@@ -17,10 +17,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from perfsuite.facts import schema
+from perfsuite.facts import backend_options, schema
+from perfsuite.facts.backend_options import known_backends
 from perfsuite.facts.cells import DEVICES, DTYPES, QUANTIZATIONS, Cell, Scenario
 from perfsuite.facts.schema import Field, first_unknown
-from perfsuite.machine.preflight import ON_BUSY, LoadPolicy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,6 +54,20 @@ class Profile:
     # Cells beyond the cross product of the axes (e.g. one vLLM TP=2 and one AWQ cell): (backend, model, dtype,
     # scenario, quantization, tensor_parallel_size, attn_implementation); see _extra_cells.
     cells: tuple[tuple[str, str, str, str, str, int, str], ...] = ()
+
+
+ON_BUSY = ("refuse", "mark")
+
+
+@dataclass(frozen=True)
+class LoadPolicy:
+    """``[tool.perfsuite.preflight]``: thresholds, in cores, above which a machine is busy, and what a recording
+    run does then (``refuse``: record nothing; ``mark``: record, with the load sample in the run's machine_info)."""
+
+    max_other_cores: float = 0.25
+    max_steal_cores: float = 0.25
+    interval_s: float = 0.5
+    on_busy: str = "refuse"
 
 
 @dataclass(frozen=True)
@@ -212,8 +226,6 @@ def load(pyproject: Path | None, root: Path) -> PerfConfig:
 
 
 def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
-    from perfsuite.facts import backend_options
-    from perfsuite.measure.backends import known_backends  # registry only: no heavy import
 
     _expect(isinstance(raw, Mapping), "[tool.perfsuite] must be a table")
     _unknown("", set(raw), _TOP_KEYS)
@@ -314,14 +326,13 @@ def resolve(config: PerfConfig, *, profile: str, device: str, backends: str | No
     """Validate the options against the config. Models are checked here too (config.json, no custom code) and each
     cell's scenario against its model's context; cells that do not fit are listed in ``Settings.unfit``."""
     from perfsuite.facts import models as model_registry
-    from perfsuite.machine import runner_class as rc_mod
-    from perfsuite.measure.backends import known_backends
+    from perfsuite.facts.runner_name import validate as valid_runner_class
 
     _expect(profile in config.profiles,
             f"--perf-profile {profile!r}: unknown profile; use one of {', '.join(PROFILES)}")
     _expect(device in DEVICES, f"--perf-device {device!r}: use one of {', '.join(DEVICES)} (a ROCm GPU is 'cuda')")
     try:
-        rc = rc_mod.validate(runner_class, runner_class_source)
+        rc = valid_runner_class(runner_class, runner_class_source)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     prof = config.profiles[profile]

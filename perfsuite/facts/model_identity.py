@@ -34,8 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.facts import models
-from perfsuite.facts.cells import identity_hash
+from perfsuite.facts import identity_hash, models
 
 _CHUNK = 1 << 20
 
@@ -52,7 +51,7 @@ def of(name: str, cache_dir: Path | None = None) -> dict[str, Any]:
 
 
 def _preset(name: str) -> dict[str, Any]:
-    from perfsuite.machine.roofline.core import ModelShape
+    from perfsuite.facts.model_shape import ModelShape
 
     p = models.PRESETS[name]
     return {"name": name, "source": "preset", "config": p.digest, "weights": "seeded",

@@ -202,15 +202,6 @@ def skipped_cells(result: ProbeResult) -> str:
     return p.without
 
 
-def results(cache_dir: Any = None, timeout_s: float = 120.0, environ: Mapping[str, str] | None = None,
-            ) -> list[ProbeResult]:
-    """Every probe, out of process and cached (perfsuite.machine.kernel_probes_run); injected answers applied on top."""
-    from perfsuite.machine import kernel_probes_run
-
-    inj = injected(environ)
-    return merged(kernel_probes_run.run_cached(cache_dir, timeout_s) if set(PROBES) - set(inj) else {}, inj)
-
-
 def merged(base: Mapping[str, ProbeResult], inj: Mapping[str, bool]) -> list[ProbeResult]:
     """Every probe's answer: the injected one (``inj``, from :func:`injected`) where given, else ``base``'s."""
     return [injected_result(n, inj[n]) if n in inj else

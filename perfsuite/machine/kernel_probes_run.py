@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.facts.cells import identity_hash
+from perfsuite.facts import identity_hash
 from perfsuite.machine.external import kill_group
 from perfsuite.machine.kernel_probes import PROBES, ProbeResult, check, injected, merged
 
@@ -79,6 +79,13 @@ def run_cached(cache_dir: Any = None, timeout_s: float = 120.0) -> dict[str, Pro
     return answers
 
 
+def results(cache_dir: Any = None, timeout_s: float = 120.0, environ: Mapping[str, str] | None = None,
+            ) -> list[ProbeResult]:
+    """Every probe, out of process and cached ; injected answers applied on top."""
+    inj = injected(environ)
+    return merged(run_cached(cache_dir, timeout_s) if set(PROBES) - set(inj) else {}, inj)
+
+
 COLD = ("no cached answer for this environment in {dir} (a cold cache: probing imports vLLM in a "
         "subprocess, seconds to tens of seconds); `perfsuite doctor` or a baseline recording fills it")
 
@@ -101,9 +108,10 @@ def machine_info(cache_dir: Any = None, probe: bool = False, timeout_s: float = 
 
 def run_subprocess(timeout_s: float) -> tuple[dict[str, ProbeResult], bool]:
     """(answers, complete). The child gets this interpreter and this perfsuite; injection is the caller's."""
-    from perfsuite.measure.worker import pool
+    from perfsuite.facts import TREE
 
-    env = pool.this_side().environ()  # this tree leads PYTHONPATH
+    env = dict(os.environ)  # this tree leads PYTHONPATH
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TREE), env.get("PYTHONPATH")) if p)
     env.pop("PERFSUITE_KERNEL_PROBES", None)
     with tempfile.TemporaryDirectory(prefix="perfsuite-kernel-probes-") as tmp:
         out = Path(tmp) / "probes.json"

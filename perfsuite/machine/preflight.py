@@ -30,6 +30,8 @@ from typing import Any
 
 import psutil
 
+from perfsuite.facts.config import LoadPolicy  # the load check's policy: [tool.perfsuite.preflight]
+
 
 class PreflightError(Exception):
     """A pre-flight check refused the run; the message says what was found and the fix."""
@@ -221,20 +223,6 @@ class LoadSample:
         top = ", ".join(f"pid {o.pid} {o.name} {o.cores:.2f}" for o in self.top) or "no single process stands out"
         return (f"{self.other_cores:.2f} of {self.cpus} cores busy outside this run over {self.interval_s:.2f} s "
                 f"(steal {self.steal_cores:.2f}; load average {self.loadavg_1m:.2f}; busiest others: {top})")
-
-
-ON_BUSY = ("refuse", "mark")
-
-
-@dataclass(frozen=True)
-class LoadPolicy:
-    """``[tool.perfsuite.preflight]``: thresholds, in cores, above which a machine is busy, and what a recording
-    run does then (``refuse``: record nothing; ``mark``: record, with the load sample in the run's machine_info)."""
-
-    max_other_cores: float = 0.25
-    max_steal_cores: float = 0.25
-    interval_s: float = 0.5
-    on_busy: str = "refuse"
 
 
 @dataclass(frozen=True)

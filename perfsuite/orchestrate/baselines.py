@@ -106,7 +106,7 @@ def compared_runs(runs: list[dict[str, Any]], compare: str, runner_class: str) -
 def class_dir(baselines_dir: Path, runner_class: str) -> Path:
     """``baselines_dir/<runner_class>``, refused (BaselineError) unless the class is a valid runner class and the
     folder, symlinks resolved, lies inside ``baselines_dir``: a class never names a path."""
-    from perfsuite.machine.runner_class import validate
+    from perfsuite.facts.runner_name import validate
 
     try:
         validate(runner_class)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from perfsuite.adapters.pytest import pbcompat
 from perfsuite.orchestrate import baselines
 from perfsuite.orchestrate.session import PerfSession
 
 
-def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool) -> bool:
-    """Store this run's JSON (``ps.baseline_json``) as a baseline run, or note why not. False when the session must
+def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool, tag: str) -> bool:
+    """Store this run's JSON (``ps.baseline_json``) as a baseline run named with pytest-benchmark's ``tag``, or note
+    why not. False when the session must
     fail (a refusal by the outlier test, a write that failed after measuring)."""
     tmp = ps.baseline_json
     assert tmp is not None
@@ -32,7 +32,7 @@ def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool) -> boo
             ps.notes.append(refusal)
             return False
         try:
-            path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{pbcompat.get_tag()}",
+            path = baselines.write_run(ps.baseline_dir, data, f"{ps.settings.profile.name}_{tag}",
                                        baselines_dir=ps.settings.config.baselines_dir)
         except (OSError, baselines.BaselineError) as exc:
             keep = True
@@ -59,17 +59,18 @@ def _slower_and_noisy(v: Any) -> bool:
 def outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:
     """The gate's own test of the new run against the stored ones: a run much slower than them was most likely
     disturbed (two recordings at once, a busy neighbour) and must not become a baseline silently."""
-    from perfsuite import verdict as gate
     from perfsuite.verdict import report
+    from perfsuite.verdict.runs import compare_runs
+    from perfsuite.verdict.screen import is_contended
 
     try:
         runs = baselines.read_runs(ps.baseline_dir, ps.runner_class)
     except baselines.BaselineError:
         return None
-    runs = [r for r in runs if not gate.is_contended(r)]
+    runs = [r for r in runs if not is_contended(r)]
     if len(runs) < 3:
         return None
-    verdicts = gate.compare_runs(runs[-ps.gate_config.baseline_runs:], [data], ps.gate_config)
+    verdicts = compare_runs(runs[-ps.gate_config.baseline_runs:], [data], ps.gate_config)
     slower = [v for v in verdicts if not v.exact and (v.failed or _slower_and_noisy(v))]
     if not slower:
         return None

@@ -1,4 +1,5 @@
-"""Typed per-session state of the plugin, kept in ``config.stash``."""
+"""The typed state of one pytest session that measures (the pytest adapter keeps it in ``config.stash``), and the
+word of the gate and the confirmation on each of its tests."""
 
 from __future__ import annotations
 
@@ -6,10 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-from perfsuite.adapters.pytest import pbcompat
 from perfsuite.facts.config import Settings
+from perfsuite.verdict.outcome import GateIncomparable, GateInconclusive, GateOutcome
 
 if TYPE_CHECKING:  # the plugin imports this module: nothing heavy at run time
     from perfsuite.machine.preflight import SuiteLock
@@ -43,16 +42,17 @@ class PerfSession:
 
         return baselines.class_dir(self.settings.config.baselines_dir, self.runner_class)
 
-    def gate_check(self, nodeid: str, benchmark: Any) -> GateOutcome:
+    def gate_check(self, nodeid: str, extra_info: dict[str, Any], stats: dict[str, Any]) -> GateOutcome:
         """What the gate makes of the calling test: a failure when it finds a significant regression beyond its
         threshold; an inconclusive verdict is a warning (with the A/B that would settle it), or a failure when
-        asked. The caller raises it in the test (perfsuite.adapters.pytest.hooks.enforce)."""
+        asked. ``extra_info`` and ``stats`` are the test's as recorded; the pytest adapter raises the outcome in the
+        test (perfsuite.adapters.pytest.hooks.enforce)."""
         if self.gate is None:
             return GateOutcome()
         if self.confirm is not None and self.confirm.foreign:
             return GateOutcome(warnings=[
                 GateIncomparable(f"perfsuite gate: {nodeid.split('::')[-1]}: {self.confirm.foreign}")])
-        verdicts = self.gate.check(nodeid, benchmark.extra_info, pbcompat.stats_dict(benchmark))
+        verdicts = self.gate.check(nodeid, extra_info, stats)
         msg = self.gate.failure_message(verdicts)
         unsure = self.gate.inconclusive_message(nodeid, verdicts)
         said: list[Warning] = []
@@ -65,33 +65,3 @@ class PerfSession:
         return GateOutcome(warnings=said + ([GateInconclusive(unsure)] if unsure else []))
 
 
-@dataclass(frozen=True)
-class GateOutcome:
-    """The word on one test: skip it with ``skip`` (nothing measured it, and the worker said why), fail it with
-    ``failure``, else pass it with ``warnings``. perfsuite.adapters.pytest.hooks.enforce raises it."""
-
-    failure: str | None = None
-    warnings: list[Warning] = field(default_factory=list)
-    skip: str | None = None
-
-
-class GateInconclusive(UserWarning):
-    """The stored baselines could not decide a gated metric of this test (see the message for the MDE and the
-    `perfsuite ab` command that would)."""
-
-
-class GateDrift(UserWarning):
-    """The stored baselines flagged a regression that an A/B against the baselines' commit refuted: this machine
-    runs slower or faster than when the baselines were recorded (the message says by how much and what to do)."""
-
-
-class GateUnconfirmed(UserWarning):
-    """A stored-baseline regression that could not be confirmed (the reason and the fix); with
-    ``on_unconfirmed = "warn"`` it passes with this warning."""
-
-
-class GateIncomparable(UserWarning):
-    """Nothing compared: the baselines were recorded on other hardware (a forced runner class)."""
-
-
-SESSION_KEY = pytest.StashKey[PerfSession]()

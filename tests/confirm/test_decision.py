@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from perfsuite.verdict import PolicyError, parse_config
 from perfsuite.verdict import confirm_decision as decision
 from perfsuite.verdict.confirm_config import ConfirmConfig, parse
 from perfsuite.verdict.confirm_decision import Finding, classify, review
+from perfsuite.verdict.policy import PolicyError, parse_config
 
 TAU = math.log1p(0.03)
 

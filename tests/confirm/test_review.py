@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 from perfsuite.orchestrate.confirm.session import Confirmation
-from perfsuite.orchestrate.session import GateDrift, GateUnconfirmed
 from perfsuite.verdict.confirm_config import ConfirmConfig
 from perfsuite.verdict.confirm_decision import Finding
 from perfsuite.verdict.decide import Verdict
+from perfsuite.verdict.outcome import GateDrift, GateUnconfirmed
 
 NODE = "tests/perf/test_latency.py::test_tpot[c]"
 

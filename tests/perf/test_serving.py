@@ -9,9 +9,9 @@ start. The smoke profile has no serving points: these tests are then not collect
 import pytest
 
 from perfsuite.adapters.pytest import serving as record
+from perfsuite.adapters.pytest.hooks import SESSION_KEY
 from perfsuite.facts.cells import param_of
 from perfsuite.measure.serving import cell as serve_cell
-from perfsuite.orchestrate.session import SESSION_KEY
 
 pytestmark = [pytest.mark.perf, pytest.mark.slow]
 

@@ -307,7 +307,7 @@ def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
             aside.rename(cls)
     assert [f.name[:4] for f in stored()] == [f"{k:04d}" for k in range(1, 7)], stored()
     res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
-                                 "-W", "default::perfsuite.orchestrate.session.GateInconclusive")
+                                 "-W", "default::perfsuite.verdict.outcome.GateInconclusive")
     out = res.stdout.str()
     assert "perfsuite regression gate" in out
     os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"] = "10"
@@ -331,7 +331,7 @@ def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
     os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"] = "10"
     try:
         res = p.runpytest_subprocess("tests/perf", "-p", "no:cacheprovider", "-q", "--benchmark-compare",
-                                     "-W", "default::perfsuite.orchestrate.session.GateInconclusive")
+                                     "-W", "default::perfsuite.verdict.outcome.GateInconclusive")
         out = res.stdout.str()
         assert res.ret == 0 and "GateInconclusive" in out and "record more baseline runs" in out, out
         res = run(p, "--benchmark-compare", "--perf-fail-on-inconclusive")

@@ -33,7 +33,7 @@ def test_local_checkpoint_named_like_a_preset_is_known_by_its_contents(project, 
     weights = load_file(local / "model.safetensors")
     save_file({k: v * 1.01 for k, v in weights.items()}, local / "model.safetensors", metadata={"format": "pt"})
     res = run(p, "--perf-model", "./m/tiny-llama", "--benchmark-compare", "--benchmark-json=second.json",
-              "-W", "default::perfsuite.orchestrate.session.GateInconclusive")
+              "-W", "default::perfsuite.verdict.outcome.GateInconclusive")
     res.assert_outcomes(passed=3)
     new = json.loads((p.path / "second.json").read_text())["benchmarks"][0]["extra_info"]["measured_by"]["model"]
     assert new["config"] == old["config"] and new["weights"] != old["weights"]

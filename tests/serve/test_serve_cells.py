@@ -10,8 +10,8 @@ import time
 import psutil
 import pytest
 
-from perfsuite.adapters.pytest.serving import prometheus_problem
 from perfsuite.measure.serving import cell as sc
+from perfsuite.measure.serving.cell import prometheus_problem
 
 POINTS = [{"load": "poisson:2", "num_prompts": 8}, {"load": "closed:2", "num_prompts": 4, "output_len": 8}]
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from perfsuite import verdict as gate
 from perfsuite.verdict import values
+from perfsuite.verdict.policy import parse_config
+from perfsuite.verdict.runs import compare_runs
 
 RUN = json.loads((Path(__file__).parent / "data" / "serving_run.json").read_text())  # a real pr serving run
 
@@ -35,10 +36,10 @@ def test_process_values_are_one_per_server_start():
 
 
 def test_a_slower_serving_run_fails_the_gate_and_an_equal_one_passes():
-    config = gate.parse_config({"alpha": 0.01, "baseline_runs": 10})
+    config = parse_config({"alpha": 0.01, "baseline_runs": 10})
     base = [_run(s, 1.0) for s in range(8)]
-    slow = gate.compare_runs(base, [_run(99, 1.4)], config)
+    slow = compare_runs(base, [_run(99, 1.4)], config)
     assert slow and all(v.metric in ("median_ttft_ms", "median_tpot_ms") for v in slow)
     assert all(v.failed for v in slow)
-    same = gate.compare_runs(base, [_run(100, 1.0)], config)
+    same = compare_runs(base, [_run(100, 1.0)], config)
     assert not any(v.failed for v in same)

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 from stub_started import started_stub  # tests/serve is on sys.path (prepend import mode)
 
-from perfsuite.facts.cells import identity_hash
+from perfsuite.adapters.cli import _serving_table as table
+from perfsuite.facts import identity_hash
 from perfsuite.measure.serving import cell as sc
-from perfsuite.measure.serving import table
 from perfsuite.measure.serving.point import point_from
 from perfsuite.measure.serving.sweep import sweep_cell_point
 from perfsuite.orchestrate.report import serving_plot as plot

@@ -22,7 +22,7 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
     a = make_tree(tmp_path / "a")
     b = make_tree(tmp_path / "b")
     for tree, extra in ((a, ""), (b, "        __import__('time').sleep(0.02)\n")):
-        backend = tree / "perfsuite" / "backends" / "torch_backend.py"
+        backend = tree / "perfsuite" / "measure" / "backends" / "torch_backend.py"
         src = backend.read_text()
         assert DECODE in src
         seen = tmp_path / f"hash-seeds-{tree.name}"  # each worker notes the hash seed its zygote started with

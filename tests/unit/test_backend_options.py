@@ -28,7 +28,7 @@ _KEY_LOOP = re.compile(r"""for key in \(([^)]*)\):\s*\n\s*if key in options""")
 def _keys_read(*files: str) -> set[str]:
     keys: set[str] = set()
     for f in files:
-        text = (ROOT / "perfsuite" / "backends" / f).read_text()
+        text = (ROOT / "perfsuite" / "measure" / "backends" / f).read_text()
         keys |= set(_READS.findall(text)) | set(_IN.findall(text))
         for group in _KEY_LOOP.findall(text):
             keys |= set(re.findall(r"""["']([a-z_0-9]+)["']""", group))

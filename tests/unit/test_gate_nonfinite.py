@@ -12,7 +12,7 @@ from test_gate_cli import run_json, write  # tests/unit is on sys.path (rootdir 
 
 from perfsuite.cli import main as cli
 from perfsuite.orchestrate import baselines
-from perfsuite.verdict import GateSession
+from perfsuite.verdict.screen import GateSession
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from perfsuite.adapters.pytest import hooks as pytest_session
-from perfsuite.orchestrate.session import GateIncomparable, GateInconclusive, GateOutcome, PerfSession
-from perfsuite.verdict import parse_config
+from perfsuite.orchestrate.session import PerfSession
+from perfsuite.verdict.outcome import GateIncomparable, GateInconclusive, GateOutcome
+from perfsuite.verdict.policy import parse_config
 
 NODE = "tests/perf/test_latency.py::test_tpot[c]"
 
@@ -35,19 +36,18 @@ def session(gate: Any = None, *, strict: bool = False, confirm: Any = None) -> P
                        fail_on_inconclusive=strict, confirm=confirm)
 
 
-BENCH = SimpleNamespace(extra_info={"metric": "tpot"},
-                        stats=SimpleNamespace(stats=SimpleNamespace(as_dict=lambda: {"median": 0.002})))
+INFO_STATS = ({"metric": "tpot"}, {"median": 0.002})  # a test's extra_info and its recorded statistics
 
 
 def test_no_gate_nothing_happens() -> None:
-    out = session().gate_check(NODE, BENCH)
+    out = session().gate_check(NODE, *INFO_STATS)
     assert out == GateOutcome()
     pytest_session.enforce(out)
 
 
 def test_the_gate_sees_the_recorded_statistics_and_a_regression_fails_the_test() -> None:
     gate = FakeGate(fail="perfsuite gate: significant regression")
-    out = session(gate).gate_check(NODE, BENCH)
+    out = session(gate).gate_check(NODE, *INFO_STATS)
     assert gate.seen == (NODE, {"metric": "tpot"}, {"median": 0.002})
     assert out == GateOutcome(failure="perfsuite gate: significant regression")
     with pytest.raises(pytest.fail.Exception, match="significant regression"):
@@ -55,19 +55,19 @@ def test_the_gate_sees_the_recorded_statistics_and_a_regression_fails_the_test()
 
 
 def test_inconclusive_warns_at_the_callers_line_or_fails_when_asked() -> None:
-    out = session(FakeGate(unsure="undecided, MDE 3%")).gate_check(NODE, BENCH)
+    out = session(FakeGate(unsure="undecided, MDE 3%")).gate_check(NODE, *INFO_STATS)
     assert out.failure is None and [type(w) for w in out.warnings] == [GateInconclusive]
     with pytest.warns(GateInconclusive, match="undecided, MDE 3%") as rec:
         pytest_session.enforce(out)
     assert rec[0].filename == __file__
-    strict = session(FakeGate(unsure="undecided, MDE 3%"), strict=True).gate_check(NODE, BENCH)
+    strict = session(FakeGate(unsure="undecided, MDE 3%"), strict=True).gate_check(NODE, *INFO_STATS)
     assert strict.failure == "undecided, MDE 3%\n  (failing because of --perf-fail-on-inconclusive)"
     assert not strict.warnings
 
 
 def test_other_hardware_is_incomparable_and_never_checked() -> None:
     gate = FakeGate(fail="never asked")
-    out = session(gate, confirm=SimpleNamespace(foreign="incomparable: other CPU")).gate_check(NODE, BENCH)
+    out = session(gate, confirm=SimpleNamespace(foreign="incomparable: other CPU")).gate_check(NODE, *INFO_STATS)
     assert gate.seen == () and out.failure is None
     (w,) = out.warnings
     assert isinstance(w, GateIncomparable) and str(w) == "perfsuite gate: test_tpot[c]: incomparable: other CPU"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite.verdict import DEFAULT_POLICIES, GateConfig, Policy, PolicyError, parse_config
-from perfsuite.verdict.policy import load_config
+from perfsuite.verdict.policy import DEFAULT_POLICIES, GateConfig, Policy, PolicyError, load_config, parse_config
 
 
 def test_defaults() -> None:

@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from perfsuite.verdict import GateSession, Policy, Verdict, parse_config
-from perfsuite.verdict.decide import decide, decide_all, guard_blocks
+from perfsuite.verdict.decide import Verdict, decide, decide_all, guard_blocks
 from perfsuite.verdict.estimate import Comparison
+from perfsuite.verdict.policy import Policy, parse_config
 from perfsuite.verdict.report import describe
+from perfsuite.verdict.screen import GateSession
 from perfsuite.verdict.stats import Estimate
 
 TAU = 0.05

@@ -93,12 +93,12 @@ def test_environment_key_changes_with_cpu_flags_and_libraries(monkeypatch):
 
 
 def test_results_are_cached_per_environment_and_injection_applies_on_top(tmp_path):
-    first = {r.name: r for r in kp.results(tmp_path, environ={})}
+    first = {r.name: r for r in kernel_probes_run.results(tmp_path, environ={})}
     assert set(first) == set(kp.PROBES) and {r.source for r in first.values()} == {"measured"}
     assert first["vllm.cpu_gemm_wna16"].present in (True, False, None)
     [stored] = (tmp_path / "kernel-probes").glob("*.json")
     assert set(json.loads(stored.read_text())["results"]) == set(kp.PROBES)
-    again = {r.name: r for r in kp.results(tmp_path, environ=ABSENT)}
+    again = {r.name: r for r in kernel_probes_run.results(tmp_path, environ=ABSENT)}
     assert again["vllm.cpu_gemm_wna16"].source == "injected" and again["vllm.cpu_gemm_wna16"].present is False
     assert again["torch.inductor_cxx"].source == "cached"
     assert again["torch.inductor_cxx"].present == first["torch.inductor_cxx"].present

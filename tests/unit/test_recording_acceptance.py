@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from perfsuite.orchestrate import baselines, recording
-from perfsuite.verdict import parse_config
+from perfsuite.verdict.policy import parse_config
 
 NAME = "tests/perf/test_latency.py::test_tpot[torch-tiny-llama-float32-b1-p64-n32]"
 
@@ -47,9 +47,9 @@ def test_a_uniformly_slower_run_is_refused(ps):
 def test_a_run_with_stalled_processes_is_refused_though_the_gate_is_inconclusive(ps):
     procs = [1.0, 0.98, 1.02, 1.01, 0.99, 1.0, 31.6, 9.4, 2.9, 120.0]
     data = _run(procs)
-    from perfsuite import verdict as gate
+    from perfsuite.verdict.runs import compare_runs
 
-    v = next(v for v in gate.compare_runs(baselines.read_runs(), [data], ps.gate_config) if not v.exact)
+    v = next(v for v in compare_runs(baselines.read_runs(), [data], ps.gate_config) if not v.exact)
     assert v.kind == "inconclusive"  # too noisy inside to be a regression verdict ...
     msg = recording.outlier(ps, data)
     assert msg is not None and "probably disturbed" in msg  # ... and still no baseline

@@ -8,15 +8,18 @@ import math
 
 import pytest
 
+from perfsuite.facts import model_shape as ms
 from perfsuite.facts.cells import Cell, Scenario
 from perfsuite.facts.models import PRESETS
-from perfsuite.machine.roofline import core as rl
+from perfsuite.machine.roofline import annotate as rl
+from perfsuite.machine.roofline import peaks
+from perfsuite.machine.roofline.datasheet import datasheet
 
 SHORT = Scenario("short", 1, 64, 32)
 
 
-def shape(name: str) -> rl.ModelShape:
-    return rl.ModelShape.from_config(PRESETS[name].config)
+def shape(name: str) -> ms.ModelShape:
+    return ms.ModelShape.from_config(PRESETS[name].config)
 
 
 @pytest.mark.parametrize("name, published", [
@@ -31,30 +34,30 @@ def test_parameter_counts_match_published_sizes(name: str, published: float) -> 
 
 def test_gqa_shrinks_the_kv_cache_by_the_group_factor() -> None:
     mha, gqa = shape("llama2-7b"), shape("llama3-8b")  # 32 vs 8 KV heads, same head_dim and layers
-    per_token = rl.kv_cache_bytes(mha, "float16", 1, 1)
+    per_token = ms.kv_cache_bytes(mha, "float16", 1, 1)
     assert per_token == 2 * 32 * 32 * 128 * 2 == 512 * 1024
-    assert rl.kv_cache_bytes(gqa, "float16", 1, 1) == per_token / 4
-    assert rl.kv_cache_bytes(gqa, "float16", 4, 1000) == 4 * 1000 * per_token / 4
+    assert ms.kv_cache_bytes(gqa, "float16", 1, 1) == per_token / 4
+    assert ms.kv_cache_bytes(gqa, "float16", 4, 1000) == 4 * 1000 * per_token / 4
 
 
 def test_tied_embedding_is_read_once_as_the_head() -> None:
     opt = shape("opt-1.3b")
     assert opt.tied_embeddings and not opt.gated_mlp
-    w = rl.weight_bytes_per_step(opt, "float16", batch=8)
-    untied = rl.weight_bytes_per_step(rl.ModelShape(**{**opt.__dict__, "tied_embeddings": False}), "float16", 8)
+    w = ms.weight_bytes_per_step(opt, "float16", batch=8)
+    untied = ms.weight_bytes_per_step(ms.ModelShape(**{**opt.__dict__, "tied_embeddings": False}), "float16", 8)
     assert untied - w == 8 * opt.hidden * 2  # untied adds only the B gathered rows: the head is read either way
 
 
 def test_quantized_weights() -> None:
     s = shape("llama2-7b")
-    fp16 = rl.weight_bytes_per_step(s, "float16")
-    awq = rl.weight_bytes_per_step(s, "float16", quantization="awq")
+    fp16 = ms.weight_bytes_per_step(s, "float16")
+    awq = ms.weight_bytes_per_step(s, "float16", quantization="awq")
     head = s.vocab * s.hidden * 2
     # AWQ: 4-bit linear weights + group-128 fp16 scales and 4-bit zeros; the head stays fp16
     assert awq == pytest.approx(s.linear_params() * (4 + 20 / 128) / 8 + head + (fp16 - s.linear_params() * 2 - head))
     assert 0.25 < awq / fp16 < 0.30
     with pytest.raises(ValueError, match="quantization"):
-        rl.weight_bytes_per_step(s, "float16", quantization="int3")
+        ms.weight_bytes_per_step(s, "float16", quantization="int3")
 
 
 def test_seed_headline_is_half_of_one_mi250x_gcd() -> None:
@@ -81,7 +84,7 @@ def test_seed_headline_is_half_of_one_mi250x_gcd() -> None:
     ("AMD Radeon RX 7800 XT", None),
 ])
 def test_datasheet_matching(name: str, expected: str | None) -> None:
-    spec = rl.datasheet(name)
+    spec = datasheet(name)
     assert (spec.name if spec else None) == expected
     if spec:
         assert spec.source.startswith("https://")
@@ -89,7 +92,7 @@ def test_datasheet_matching(name: str, expected: str | None) -> None:
 
 def test_prefill_flops_and_efficiency() -> None:
     s = shape("llama2-7b")
-    f = rl.prefill_flops(s, 1, 512)
+    f = ms.prefill_flops(s, 1, 512)
     matmul = 2 * s.linear_params() * 512 + 2 * s.vocab * s.hidden
     attn = 4 * 32 * 32 * 128 * 512 * 513 / 2
     assert f == pytest.approx(matmul + attn)
@@ -122,7 +125,7 @@ def test_cpu_cell_has_no_datasheet() -> None:
 # ----------------------------------------------------------------------------------------- real, on the CPU
 def test_cpu_copy_bandwidth_is_measured() -> None:
     pytest.importorskip("torch")
-    m = rl.measure_copy_bandwidth("cpu", nbytes=128 * 2**20, repeats=3)
+    m = peaks.measure_copy_bandwidth("cpu", nbytes=128 * 2**20, repeats=3)
     # Any machine this suite runs on moves between 1 GB/s and 1 TB/s; a wrong byte count or timer would not.
     assert 1e9 < m.value < 1e12 and m.median <= m.value and m.nbytes == 128 * 2**20
     assert "copy_" in m.method and "threads" in m.method
@@ -130,15 +133,15 @@ def test_cpu_copy_bandwidth_is_measured() -> None:
 
 def test_cpu_copy_buffer_defeats_the_last_level_cache() -> None:
     for llc in (8 * 2**20, 480 * 2**20, 2**30):
-        n = rl.cpu_copy_nbytes(llc_bytes=llc)
+        n = peaks.cpu_copy_nbytes(llc_bytes=llc)
         assert n % 4096 == 0 and 4096 <= n <= 2**30
-        if (rl._available_memory_bytes() or 0) >= 8 * 2**30:  # room for the full size
+        if (peaks._available_memory_bytes() or 0) >= 8 * 2**30:  # room for the full size
             assert n == min(max(2 * llc, 256 * 2**20), 2**30)  # the pair is >= 4x the cache, up to 2 GiB
 
 
 def test_cpu_matmul_peak_is_measured() -> None:
     pytest.importorskip("torch")
-    m = rl.measure_matmul_flops("cpu", "float32", n=512, repeats=2)
+    m = peaks.measure_matmul_flops("cpu", "float32", n=512, repeats=2)
     assert 1e8 < m.value < 1e14 and math.isfinite(m.median)
 
 
@@ -150,12 +153,12 @@ def test_annotate_results_of_a_recorded_quiet_machine_run(capsys: pytest.Capture
     rows = {r["metric"]: r for r in rl.annotate_results(json.loads(path.read_text()), 13e9, 120e9)}
     tpot = rows["tpot"]
     s = shape("tiny-llama")
-    assert tpot["decode_weight_bytes"] == rl.weight_bytes_per_step(s, "float32", 1)
+    assert tpot["decode_weight_bytes"] == ms.weight_bytes_per_step(s, "float32", 1)
     assert tpot["achieved_bandwidth_bytes_per_s"] == pytest.approx(
         tpot["decode_bytes_per_step"] / (tpot["roofline_step_ms"] / 1e3))
     assert tpot["roofline_bound"] == "llc-unknown"  # the file recorded no LLC size: the DRAM copy is the reference
     assert 0 < tpot["bandwidth_efficiency_measured"] <= 1
-    assert rows["ttft"]["prefill_flops"] == pytest.approx(rl.prefill_flops(s, 1, 64))
+    assert rows["ttft"]["prefill_flops"] == pytest.approx(ms.prefill_flops(s, 1, 64))
     # `perfsuite roofline`, the one command for it (one-line errors for a missing or unreadable file)
     from perfsuite.cli import main as cli
 
@@ -219,12 +222,10 @@ def test_no_share_is_ever_above_one(llc: int | None, cache: float | None) -> Non
 
 def test_cache_bandwidth_is_measured_within_the_llc() -> None:
     pytest.importorskip("torch")
-    from perfsuite.machine.roofline import cache as roofline_cache
-
-    m = roofline_cache.measure_cache_bandwidth(32 * 2**20)
+    m = peaks.measure_cache_bandwidth(32 * 2**20)
     # Loose bounds: a loaded 2-core machine stalls a copy this small by a scheduler slice (< 1 GB/s seen here).
     assert m.nbytes == 8 * 2**20 and "fits the 32 MiB LLC" in m.method and 1e7 < m.value < 1e13
     assert m.median <= m.value and m.repeats >= 30
-    assert roofline_cache.cache_copy_nbytes(2**20) == 256 * 2**10
-    peaks = roofline_cache.peaks(llc_bytes=16 * 2**20)
-    assert peaks["llc_bytes"] == 16 * 2**20 and peaks["cache_copy_bandwidth_bytes_per_s"] > 0
+    assert peaks.cache_copy_nbytes(2**20) == 256 * 2**10
+    got = peaks.cache_peaks(llc_bytes=16 * 2**20)
+    assert got["llc_bytes"] == 16 * 2**20 and got["cache_copy_bandwidth_bytes_per_s"] > 0

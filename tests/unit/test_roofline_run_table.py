@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from perfsuite.adapters.cli import run
-from perfsuite.machine.roofline import core as rl
+from perfsuite.machine.roofline import annotate as rl
 
 RESULTS = json.loads((Path(__file__).parent / "data" / "run_tiny_llama_torch_quiet_20261130.json").read_text())
 

@@ -1,5 +1,6 @@
 import pytest
 
+from perfsuite.facts import runner_name
 from perfsuite.machine import runner_class
 
 
@@ -37,9 +38,9 @@ def test_plugin_import_is_light():
 # ---- one validated type: a runner class names a folder, never a path ------------------------------------------
 @pytest.mark.parametrize("name", ["cpu-intel-xeon-amx-2c", "cpu-amd-epyc-avx2-2c", "cpu-amd-epyc-2c",
                                   "rocm-gfx90a-amd-instinct-mi250x-mi250",
-                                  "cuda-sm90-nvidia-h200x2", "rc", "a" * runner_class.MAX_LENGTH])
+                                  "cuda-sm90-nvidia-h200x2", "rc", "a" * runner_name.MAX_LENGTH])
 def test_valid_classes_pass_unchanged(name):
-    assert runner_class.validate(name) == name
+    assert runner_name.validate(name) == name
     assert runner_class.RunnerClass(name) == name and runner_class.RunnerClass(name).family == name.split("-")[0]
 
 
@@ -64,7 +65,7 @@ def test_valid_classes_pass_unchanged(name):
 )
 def test_invalid_classes_name_value_rule_and_fix(name, needle):
     with pytest.raises(ValueError) as exc:
-        runner_class.validate(name, "PERFSUITE_RUNNER_CLASS")
+        runner_name.validate(name, "PERFSUITE_RUNNER_CLASS")
     msg = str(exc.value)
     assert msg.startswith("PERFSUITE_RUNNER_CLASS ") and needle in msg
     assert repr(name[:40]) in msg  # names the value
@@ -78,7 +79,7 @@ def test_invalid_classes_name_value_rule_and_fix(name, needle):
 ])
 def test_detected_classes_always_validate(facts):
     rc = runner_class.from_facts("cpu", facts)
-    assert runner_class.validate(rc) == rc and len(rc) <= runner_class.MAX_LENGTH
+    assert runner_name.validate(rc) == rc and len(rc) <= runner_name.MAX_LENGTH
     assert rc == runner_class.from_facts("cpu", facts)  # a long name is cut with a hash: still stable
     assert rc.endswith(f"-{facts['cpu_tier']}-{facts['cores']}c")  # the cut keeps the tier and the cores
     other = runner_class.from_facts("cpu", {**facts, "cpu_model": facts["cpu_model"] + "x"})

@@ -25,10 +25,10 @@ def run_job(job, workdir):
 
 
 def fake_tree(root: Path) -> Path:
-    (root / "perfsuite" / "worker").mkdir(parents=True)
-    (root / "perfsuite" / "__init__.py").write_text("")
-    (root / "perfsuite" / "worker" / "__init__.py").write_text("")
-    (root / "perfsuite" / "worker" / "child.py").write_text(CHILD)
+    (root / "perfsuite" / "measure" / "worker").mkdir(parents=True)
+    for pkg in ("", "measure", "measure/worker"):
+        (root / "perfsuite" / pkg / "__init__.py").write_text("")
+    (root / "perfsuite" / "measure" / "worker" / "child.py").write_text(CHILD)
     return root
 
 

@@ -102,7 +102,7 @@ def _tree(path: str | None, side: str) -> Path:
 
 # ---------------------------------------------------------------------------------------------------- main
 def main(args: argparse.Namespace) -> int:
-    from perfsuite.adapters.cli.progress import Progress
+    from perfsuite.adapters.cli._progress import Progress
     from perfsuite.machine import precheck
     from perfsuite.measure.serving import replicate as serve_replicate
     from perfsuite.measure.worker import pool

@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perfsuite.adapters.cli.progress import Progress
+    from perfsuite.adapters.cli._progress import Progress
     from perfsuite.facts.cells import cell_from_dict
     from perfsuite.facts.vocabulary import TIMED as METRICS
     from perfsuite.machine import cotenant

@@ -64,7 +64,8 @@ def register(subparsers: Any) -> None:
 def _runner_class(args: argparse.Namespace) -> str:
     import os
 
-    from perfsuite.machine.runner_class import detect, validate
+    from perfsuite.facts.runner_name import validate
+    from perfsuite.machine.runner_class import detect
 
     given, source = ((args.runner_class, "--runner-class") if args.runner_class else
                      (os.environ.get("PERFSUITE_RUNNER_CLASS"), "PERFSUITE_RUNNER_CLASS"))

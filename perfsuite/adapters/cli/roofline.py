@@ -31,9 +31,8 @@ def main(args: argparse.Namespace) -> int:
     import json
 
     from perfsuite.facts.errors import UsageError
-    from perfsuite.machine.roofline import cache as roofline_cache
-    from perfsuite.machine.roofline.core import measure_copy_bandwidth, measure_matmul_flops
-    from perfsuite.machine.roofline.results import annotate_results, recorded
+    from perfsuite.machine.roofline import peaks
+    from perfsuite.machine.roofline.annotate import annotate_results, recorded, share_text
 
     if not args.results.is_file():
         raise UsageError(f"{args.results}: no such results file; pass a JSON file written with --benchmark-json")
@@ -44,19 +43,19 @@ def main(args: argparse.Namespace) -> int:
                          "--benchmark-json") from None
     bw, fl = args.bandwidth, args.flops
     if bw is None:
-        m = measure_copy_bandwidth("cpu")
+        m = peaks.measure_copy_bandwidth("cpu")
         bw = m.value
         print(f"measured: {m.method}: best {m.value / 1e9:.2f} GB/s, median {m.median / 1e9:.2f} GB/s")
     if fl is None:
-        mm = measure_matmul_flops("cpu")
+        mm = peaks.measure_matmul_flops("cpu")
         fl = mm.value
         print(f"measured: {mm.method}: best {mm.value / 1e9:.1f} GFLOP/s")
     llc, cbw = args.llc_bytes, args.cache_bandwidth
     doctor_cpu, roofline = recorded(results)
     if llc is None and not doctor_cpu.get("llc_bytes"):
-        llc = roofline_cache.llc_bytes_here()
+        llc = peaks.llc_bytes_here()
     if cbw is None and args.bandwidth is None and llc and not roofline.get("cache_copy_bandwidth_bytes_per_s"):
-        mc = roofline_cache.measure_cache_bandwidth(llc)
+        mc = peaks.measure_cache_bandwidth(llc)
         cbw = mc.value
         print(f"measured: {mc.method}: best {mc.value / 1e9:.2f} GB/s")
     rows = annotate_results(results, bw, fl, args.device_name, llc, cbw)
@@ -68,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{r['test']}: decode {r['decode_bytes_per_step'] / 1e6:.2f} MB/step "
                   f"(weights {r['decode_weight_bytes'] / 1e6:.2f} MB + KV {r['decode_kv_cache_bytes_per_step'] / 1e6:.3f}"
                   f" MB at context {r['decode_context_tokens']:.0f}) / step {r['roofline_step_ms']:.3f} ms = "
-                  f"{r['achieved_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s = {roofline_cache.share_text(r)}")
+                  f"{r['achieved_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s = {share_text(r)}")
         if r.get("achieved_prefill_flops_per_s") is not None and r["metric"] in ("ttft", "e2el"):
             print(f"{r['test']}: prefill {r['prefill_flops'] / 1e9:.3f} GFLOP / TTFT {r['median_ttft_ms']:.3f} ms = "
                   f"{r['achieved_prefill_flops_per_s'] / 1e9:.2f} GFLOP/s = "

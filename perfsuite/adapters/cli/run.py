@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.adapters.cli._common import check_locations, project_root
+from perfsuite.facts import runner_name
 from perfsuite.facts.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, num_cell
 from perfsuite.machine import runner_class
 from perfsuite.orchestrate import baselines
@@ -84,7 +85,7 @@ def _baseline_dir(root: Path, args: argparse.Namespace) -> tuple[str | None, Pat
         return None, None
     try:
         conf = cfg.load(cfg.find_pyproject(root), root)
-        return name, baselines.class_dir(conf.baselines_dir, runner_class.validate(name))
+        return name, baselines.class_dir(conf.baselines_dir, runner_name.validate(name))
     except (ValueError, baselines.BaselineError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -113,11 +114,11 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     hashes are not compared). Changes are median vs the latest baseline run: an indication, not a verdict (the gate
     decides, with between-run noise; see the pytest output above). ``BW GB/s`` is the decode step's achieved
     bandwidth (bytes read per step / TPOT); ``BW %`` its fraction of the bandwidth measured on this device when
-    the run started (perfsuite.machine.roofline.core): of the DRAM copy, or of the LLC copy ("38%c") for a cache-resident cell
+    the run started (perfsuite.machine.roofline.peaks): of the DRAM copy, or of the LLC copy ("38%c") for a cache-resident cell
     whose decode working set fits the last-level cache; "> peak" above the reference (:func:`roofline_notes` says
     why), "—" where the run recorded neither."""
-    from perfsuite.machine.roofline.cache import pct
-    from perfsuite.measure.serving import table as serving  # serving cells: their own columns, vLLM's names
+    from perfsuite.adapters.cli import _serving_table as serving  # serving cells: their own columns, vLLM's names
+    from perfsuite.machine.roofline.annotate import pct
 
     serve_rows = serving.rows(current, base)
     cur, old = _by_cell(current), _by_cell(base or {})
@@ -151,8 +152,8 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 
 def roofline_notes(current: dict[str, Any]) -> list[str]:
-    """What a ``BW %`` of "c", "cache" or "> peak" means, per cell (perfsuite.machine.roofline.cache)."""
-    from perfsuite.machine.roofline.cache import table_notes
+    """What a ``BW %`` of "c", "cache" or "> peak" means, per cell (perfsuite.machine.roofline.annotate)."""
+    from perfsuite.machine.roofline.annotate import table_notes
 
     return table_notes([tests["tpot"].get("extra_info", {}) for tests in _by_cell(current).values() if "tpot" in tests])
 

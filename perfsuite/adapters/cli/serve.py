@@ -135,8 +135,8 @@ def main(args: argparse.Namespace) -> int:
 
 def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slos: dict[str, float] | None,
         vocab: int, cache: Path, abort: Any = None, client_cpus: list[int] | None = None) -> dict[str, Any]:
+    from perfsuite.measure.serving.cell import summary
     from perfsuite.measure.serving.point import SCHEMA, run_point
-    from perfsuite.measure.serving.table import summary
 
     def one(p: Any) -> dict[str, Any]:
         r = run_point(base_url, model, p, vocab_size=vocab, cache_dir=cache, slos_ms=slos,

@@ -2,9 +2,9 @@
 
 The functions here build and run the typed :class:`~perfsuite.orchestrate.session.PerfSession`; they do not decide how a run
 ends. A usage problem is a :class:`Refused` (the plugin turns it into ``pytest.UsageError`` while configuring, or
-``pytest.exit`` while measuring) and a gate verdict is a :class:`~perfsuite.orchestrate.session.GateOutcome` that
+``pytest.exit`` while measuring) and a gate verdict is a :class:`~perfsuite.verdict.outcome.GateOutcome` that
 :func:`enforce` raises in the calling test. Imports nothing heavy at module level (the plugin imports this module):
-the gate, the harness, the preflight checks and the backends load inside the functions that need them.
+the gate, the measurement plan, the preflight checks and the backends load inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -18,62 +18,55 @@ from typing import Any
 
 import pytest
 
-from perfsuite.adapters.pytest import pbcompat
+from perfsuite.adapters.pytest import options, pbcompat
 from perfsuite.facts import config as cfg
 from perfsuite.machine import runner_class
 from perfsuite.orchestrate import baselines
-from perfsuite.orchestrate.session import SESSION_KEY, GateOutcome, PerfSession
+from perfsuite.orchestrate.session import PerfSession
+from perfsuite.verdict.outcome import GateOutcome
+
+SESSION_KEY = pytest.StashKey[PerfSession]()
 
 
 class Refused(Exception):
     """A usage problem, worded without the ``perfsuite:`` prefix the plugin adds."""
 
 
-def _flag(config: pytest.Config, key: str) -> bool:
-    return bool(config.getoption(f"perf_{key}") or os.environ.get(f"PERFSUITE_{key.upper()}") == "1"
-                or config.getini(f"perfsuite_{key}"))
-
-
-def _opt(config: pytest.Config, key: str, default: Any) -> Any:
-    return cfg.pick(config.getoption(f"perf_{key}"), f"PERFSUITE_{key.upper()}", config.getini(f"perfsuite_{key}"),
-                    default)
-
-
 # ----------------------------------------------------------------------------------------------- configure
 def configure(config: pytest.Config) -> None:
     """Resolve the settings and the runner class, stash the session, and (before pytest-benchmark builds its own
     session: its configure is trylast) point its storage at ``baselines/<runner-class>/``."""
-    from perfsuite import verdict as gate
     from perfsuite.machine import kernel_probes, precheck, preflight
+    from perfsuite.verdict.policy import PolicyError, parse_config
 
     pyproject = cfg.find_pyproject(config.rootpath)
     try:
         conf = cfg.load(pyproject, config.rootpath)
-        device = _opt(config, "device", "cpu")
-        override = _opt(config, "runner_class", None)
+        device = options.opt(config, "device", "cpu")
+        override = options.opt(config, "runner_class", None)
         try:
             rc, facts = runner_class.detect(device) if device in ("cpu", "cuda") else ("", {})
         except RuntimeError:
             if not override:  # no GPU to fingerprint: only an explicit class lets the cells run (and skip)
                 raise
             rc, facts = "", {"device": device, "gpu": "none detected"}
-        update = _flag(config, "update_baselines")
+        update = options.flag(config, "update_baselines")
         from perfsuite.measure.backends import inject
 
         inject.fraction_from_env()  # a malformed calibration knob is a usage error before anything runs
         precheck.check_thread_env(os.environ)  # so is a thread count the runtimes would silently ignore
         kernel_probes.injected()  # and a mistyped PERFSUITE_KERNEL_PROBES (else each affected cell fails with it)
-        gate_config = gate.parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
-        settings = cfg.resolve(conf, profile=_opt(config, "profile", "smoke"), device=device,
-                               backends=_opt(config, "backend", None), models=_opt(config, "model", None),
+        gate_config = parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
+        settings = cfg.resolve(conf, profile=options.opt(config, "profile", "smoke"), device=device,
+                               backends=options.opt(config, "backend", None), models=options.opt(config, "model", None),
                                runner_class=override or rc, update_baselines=update,
-                               workers=_opt(config, "workers", None))
-    except (cfg.ConfigError, gate.PolicyError, RuntimeError, ValueError, preflight.PreflightError,
+                               workers=options.opt(config, "workers", None))
+    except (cfg.ConfigError, PolicyError, RuntimeError, ValueError, preflight.PreflightError,
             kernel_probes.ProbeError) as exc:
         raise Refused(str(exc)) from None
     facts["detected_runner_class"] = rc
     session = PerfSession(settings, facts, gate_config=gate_config,
-                          fail_on_inconclusive=_flag(config, "fail_on_inconclusive"))
+                          fail_on_inconclusive=options.flag(config, "fail_on_inconclusive"))
     config.stash[SESSION_KEY] = session
     from perfsuite.machine import signals
 
@@ -132,12 +125,10 @@ def configure_benchmark_storage(config: pytest.Config, session: PerfSession, exp
                 f"no baseline for runner class {session.runner_class!r} in {session.baseline_dir}; "
                 f"record one with `pytest --perf-update-baselines` (classes present: "
                 f"{', '.join(present) or 'none'})")
-        from perfsuite import verdict as gate
-        from perfsuite.adapters.pytest import confirm_options as options
+        from perfsuite.verdict.screen import make_session
 
-        session.gate = gate.make_session(session.gate_config, runs)
-
-        session.confirm = options.start(config, session)
+        session.gate = make_session(session.gate_config, runs)
+        session.confirm = options.confirmation(config, session)
     # pytest-benchmark keys storage by platform; we key it by runner class. Its session reads the compare option
     # while it is constructed, so hold it back and load the comparison once the machine id is ours.
     config.stash[_COMPARE_KEY] = compare
@@ -211,9 +202,9 @@ def report_header(session: PerfSession) -> list[str]:
 # --------------------------------------------------------------------------------------------- measuring
 def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, Any]:
     """Every selected cell, measured once per session in worker processes, in a random interleaved order."""
-    from perfsuite.orchestrate import plan as harness
+    from perfsuite.orchestrate import plan as planning
 
-    plan = harness.plan_from_items(request.session.items)
+    plan = planning.plan_from_items(request.session.items)
     config = request.config
     once = pbcompat.session_disabled(config)
     cprofile = pbcompat.session_cprofile(config)
@@ -221,7 +212,7 @@ def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, A
     total_w = sum(1 if once else session.settings.workers_for(c.backend) or 1 for c in plan.cells)
 
     def progress(n: int, total: int, cell_id: str, pr: Any) -> None:
-        say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {harness.describe_process(pr)}")
+        say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {planning.describe_process(pr)}")
 
     from perfsuite.machine import precheck, preflight
 
@@ -240,8 +231,8 @@ def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, A
             raise Refused(str(exc)) from None
     try:
         if plan.cells and not once:
-            session.peaks = harness.measure_peaks(session, plan)
-        results = harness.measure_plan(session, plan, once=once, cprofile=cprofile, progress=progress)
+            session.peaks = planning.measure_peaks(session, plan)
+        results = planning.measure_plan(session, plan, once=once, cprofile=cprofile, progress=progress)
         if session.gate is not None:
             session.gate.set_family(request.session.items, results)
         if session.confirm is not None and not once:  # A/B-confirm what the stored baselines flag

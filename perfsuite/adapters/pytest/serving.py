@@ -14,8 +14,8 @@ import pytest
 from perfsuite.adapters.pytest import hooks as pytest_session
 from perfsuite.adapters.pytest import pbcompat
 from perfsuite.facts.vocabulary import SERVING_THROUGHPUT
-from perfsuite.measure.serving.cell import BACKEND, CellRuns, ServeCell, ServingConfig
-from perfsuite.orchestrate.session import GateOutcome
+from perfsuite.measure.serving.cell import BACKEND, CellRuns, ServeCell, ServingConfig, prometheus_problem
+from perfsuite.verdict.outcome import GateOutcome
 
 if TYPE_CHECKING:
     from perfsuite.orchestrate.session import PerfSession
@@ -37,19 +37,6 @@ def add_to_gate_family(session: PerfSession, items: Sequence[pytest.Item]) -> No
     if session.gate is not None:
         session.gate.add_to_family([item.nodeid for item in items
                                     if METRIC_OF_TEST.get(getattr(item, "originalname", ""))])
-
-
-def prometheus_problem(runs: CellRuns) -> str | None:
-    """Every start's /metrics must exist and have seen exactly the requests the client completed."""
-    for rep in runs.replicates:
-        prom, m = rep.result["prometheus"], rep.result["metrics"]
-        if not prom.get("available"):
-            return "the server's /metrics has no latency histograms to cross-check"
-        ttft = prom.get("ttft") or {}
-        if ttft.get("count") != m["completed"]:
-            return (f"the server's TTFT histogram counted {ttft.get('count')} requests over the load point, the "
-                    f"client completed {m['completed']}")
-    return None
 
 
 def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark: Any,
@@ -100,5 +87,5 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
         return info
     pbcompat.record_rounds(benchmark, [v / 1e3 for v in values],
                            "perfsuite serving cell (vLLM OpenAI server under load)")
-    pytest_session.enforce(session.gate_check(request.node.nodeid, benchmark))
+    pytest_session.enforce(session.gate_check(request.node.nodeid, info, pbcompat.stats_dict(benchmark)))
     return info

@@ -184,10 +184,10 @@ def assess(r: Report) -> list[Finding]:
 
 def kernel_facts(env: Any) -> list[dict[str, Any]]:
     """Each kernel probe's answer (out of process, cached per environment), with what it means for the cells."""
-    from perfsuite.machine import kernel_probes
+    from perfsuite.machine import kernel_probes, kernel_probes_run
 
     out = []
-    for res in kernel_probes.results(environ=env):
+    for res in kernel_probes_run.results(environ=env):
         p = kernel_probes.PROBES[res.name]
         out.append({**res.as_dict(), "library": kernel_probes.library_version(p.library), "means": p.means,
                     "effect": kernel_probes.skipped_cells(res),

@@ -1,4 +1,4 @@
-"""Datasheet figures of the devices the roofline compares with (perfsuite.machine.roofline.core re-exports them).
+"""Datasheet figures of the devices the roofline compares with (perfsuite.machine.roofline.annotate).
 
 Dense peaks, no sparsity; bandwidth per device as the runtime sees it (an MI250X is two devices, GCDs).
 """

@@ -6,27 +6,13 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from perfsuite.facts.backend_options import BACKENDS, known_backends
 from perfsuite.measure.backends.base import Backend, MemoryStats, StepResult
 
 if TYPE_CHECKING:
     from perfsuite.facts.cells import Cell
 
 __all__ = ["BACKENDS", "Backend", "MemoryStats", "StepResult", "create", "known_backends"]
-
-# name -> "module:Class". ONNX Runtime names carry the execution provider, as in the cell id.
-BACKENDS: dict[str, str] = {
-    "torch": "perfsuite.measure.backends.torch_backend:TorchBackend",
-    "torch-compile": "perfsuite.measure.backends.torch_backend:TorchBackend",
-    **{f"onnxruntime-{ep}": "perfsuite.measure.backends.onnxruntime:OrtBackend"
-       for ep in ("cpu", "cuda", "rocm", "migraphx", "dml")},
-    "vllm": "perfsuite.measure.backends.vllm_backend:VllmBackend",
-    # vLLM with its defaults through its public API (LLM.generate): end-to-end latency only
-    "vllm-llm": "perfsuite.measure.backends.vllm_llm:VllmLlmBackend",
-}
-
-
-def known_backends() -> tuple[str, ...]:
-    return tuple(BACKENDS)
 
 
 def create(cell: Cell, cache_dir: Path | None = None) -> Backend:

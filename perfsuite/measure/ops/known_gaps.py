@@ -155,7 +155,7 @@ def directory_for(start: Path | None = None) -> Path:
 def scope_files(runner_class: str, directory: Path | None = None) -> tuple[Path, Path, Path]:
     """(all.toml, <family>.toml, <runner-class>.toml) in ``directory``; the last two are one file for a class that
     is only a family name."""
-    from perfsuite.machine.runner_class import family, validate
+    from perfsuite.facts.runner_name import family, validate
 
     d = directory or DEFAULT_DIR
     rc = validate(runner_class)

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.facts import cache_entry
-from perfsuite.facts.cells import identity_hash
+from perfsuite.facts import cache_entry, identity_hash
 
 AWQ_VERSION = 1  # bump when the recipe or the layout changes
 BITS = 4

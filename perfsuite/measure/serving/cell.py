@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite.facts.cells import DTYPES, identity_hash, model_slug
+from perfsuite.facts import identity_hash
+from perfsuite.facts.cells import DTYPES, model_slug
 from perfsuite.facts.config import tomllib
 from perfsuite.facts.schema import Field, checked, first_unknown
 from perfsuite.measure.serving.metrics import parse_goodput
@@ -145,7 +146,6 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
             say: Callable[[str], None] | None = None) -> dict[str, CellRuns]:
     """Every start of every server, each running its points in a random order. A failed start or a server that
     dies fails that server's cells (with the log's tail); a point over the failure threshold fails its cell."""
-    from perfsuite.measure.serving.table import summary  # not at the top: perfsuite.serve.table imports this module
 
     say = say or (lambda _: None)
     rng = random.Random(seed)
@@ -184,3 +184,27 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
                     out[c.id].error = out[c.id].error or str(exc)
                 break
     return out
+
+
+def prometheus_problem(runs: CellRuns) -> str | None:
+    """Every start's /metrics must exist and have seen exactly the requests the client completed."""
+    for rep in runs.replicates:
+        prom, m = rep.result["prometheus"], rep.result["metrics"]
+        if not prom.get("available"):
+            return "the server's /metrics has no latency histograms to cross-check"
+        ttft = prom.get("ttft") or {}
+        if ttft.get("count") != m["completed"]:
+            return (f"the server's TTFT histogram counted {ttft.get('count')} requests over the load point, the "
+                    f"client completed {m['completed']}")
+    return None
+
+
+def summary(r: dict[str, Any]) -> str:
+    """One line of a measured serving point (a server start's result): completions, throughputs, medians, the
+    client's dispatch delay and CPU share."""
+    m = r["metrics"]
+    good = f", goodput {m['request_goodput']:.2f} req/s" if "request_goodput" in m else ""
+    return (f"perfsuite serve: {r['point']['slug']}: {m['completed']}/{m['num_prompts']} ok, "
+            f"{m['request_throughput']:.2f} req/s, {m['output_throughput']:.1f} tok/s{good}; median TTFT "
+            f"{m['median_ttft_ms']:.1f} ms, TPOT {m['median_tpot_ms']:.2f} ms, ITL {m['median_itl_ms']:.2f} ms; "
+            f"dispatch delay p99 {m['p99_dispatch_delay_ms']:.3f} ms, client CPU {m['client_cpu_share']:.0%}")

@@ -51,8 +51,7 @@ def _list(args: Mapping[str, Any]) -> dict[str, Any]:
 def _measure(args: Mapping[str, Any]) -> dict[str, Any]:
     import dataclasses
 
-    import perfsuite
-    from perfsuite.adapters.pytest.serving import prometheus_problem
+    from perfsuite.facts import PACKAGE_FILE
     from perfsuite.measure.serving import cell as sc
 
     conf = _conf(args.get("profile") or "smoke")
@@ -64,13 +63,13 @@ def _measure(args: Mapping[str, Any]) -> dict[str, Any]:
     r = runs[cells[0].id]
     if r.error or not r.replicates:
         return {"error": r.error or "no server start measured it"}
-    problem = prometheus_problem(r)
+    problem = sc.prometheus_problem(r)
     if problem:
         return {"error": problem}
     rep = r.replicates[0]
     res = {k: v for k, v in rep.result.items() if k != "records"}
     return {"result": res, "pid": rep.pid, "start_s": rep.start_s, "wall_s": time.monotonic() - t0,
-            "perfsuite_file": perfsuite.__file__}
+            "perfsuite_file": PACKAGE_FILE}
 
 
 def main(argv: list[str]) -> int:
@@ -92,7 +91,7 @@ def _call(side: Any, what: str, args: Mapping[str, Any], timeout_s: float) -> di
     from perfsuite.measure.worker.pool import SideError
 
     name = f"side {side.label}" if side.label else "serving replicate"
-    proc = run_tool([side.python, "-m", "perfsuite.measure.serving.replicate", what, json.dumps(dict(args))], timeout_s,
+    proc = run_tool([side.python, "-m", side.module("perfsuite.measure.serving.replicate"), what, json.dumps(dict(args))], timeout_s,
                     cwd=side.tree, env=side.environ())
     try:
         return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -107,7 +106,7 @@ def cells(side: Any, plan_args: Mapping[str, Any], timeout_s: float = 300) -> li
     from a tree that predates this module (its engine cells still compare)."""
     from perfsuite.measure.worker.pool import SideError
 
-    if (plan_args.get("cells") or "*") == "*" or not (Path(side.tree) / "perfsuite/measure/serving/replicate.py").is_file():
+    if (plan_args.get("cells") or "*") == "*" or not side.has("perfsuite.measure.serving.replicate"):
         return []
     out = _call(side, "list", plan_args, timeout_s)
     if "error" in out:

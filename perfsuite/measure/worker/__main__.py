@@ -33,7 +33,12 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def _run(job_path: Path, out_path: Path) -> int:
-    from perfsuite.measure.worker.child import run_job
+    try:
+        from perfsuite.measure.worker.child import run_job
+    except ModuleNotFoundError as exc:  # a shared zygote's child runs its own tree, which may predate the layers
+        if exc.name != "perfsuite.measure.worker":
+            raise
+        run_job = importlib.import_module("perfsuite.worker.child").run_job
 
     job = json.loads(job_path.read_text())
     _write_atomic(out_path, run_job(job, out_path.parent))
@@ -72,7 +77,7 @@ def _child(req: dict[str, Any], fds: tuple[int, ...]) -> None:
 def _reroot(tree: Path) -> None:
     """A zygote that serves two trees (perfsuite.measure.worker.zygote) imported perfsuite from its own; this child runs
     ``tree``'s: those modules go, ``tree`` leads the import path (and PYTHONPATH, for what it spawns)."""
-    own = Path(__file__).resolve().parents[2]
+    from perfsuite.facts import TREE as own
 
     def other(p: str) -> bool:
         try:
@@ -167,7 +172,7 @@ def _handle(req: dict[str, Any], reply: Any, children: set[int], fds: tuple[int,
 def _probe(modules: list[str]) -> int:
     import platform
 
-    import perfsuite
+    from perfsuite.facts import PACKAGE_FILE
     from perfsuite.machine.capabilities import installed
 
     missing = {}
@@ -181,7 +186,7 @@ def _probe(modules: list[str]) -> int:
     from perfsuite.measure.lockstep import VERSION as LOCKSTEP
     from perfsuite.measure.worker.job import PROTOCOL
 
-    print(json.dumps({"perfsuite_file": perfsuite.__file__, "python": sys.executable,
+    print(json.dumps({"perfsuite_file": PACKAGE_FILE, "python": sys.executable,
                       "python_version": platform.python_version(), "protocol": PROTOCOL, "lockstep": LOCKSTEP,
                       "versions": versions, "import_errors": missing}))
     return 0

@@ -16,11 +16,11 @@ from perfsuite.measure.worker.job import cell_from_dict
 
 def run_job(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """Measure one job; returns the wire result (never raises for a backend failure: it is reported)."""
-    import perfsuite
+    from perfsuite.facts import PACKAGE_FILE
     from perfsuite.measure.lockstep import Gate
 
     base: dict[str, Any] = {"index": job.get("index", 0), "label": job.get("label", ""),
-                            "perfsuite_file": perfsuite.__file__, "pid": os.getpid()}
+                            "perfsuite_file": PACKAGE_FILE, "pid": os.getpid()}
     gate = Gate.connect(job.get("lockstep"))  # a lockstep pair's turns (none: run freely)
     try:
         return {**base, **_measure(job, workdir, gate)}
@@ -37,9 +37,9 @@ def _one_line(exc: BaseException) -> str:
 
 def _measure(job: dict[str, Any], workdir: Path, gate: Any = None) -> dict[str, Any]:
     if job.get("kind") == "peaks":  # the run-start roofline references, measured in a worker like everything else
-        from perfsuite.machine.roofline import core as roofline
+        from perfsuite.machine.roofline import peaks
 
-        return {"backend_info": {"peaks": roofline.measure_peaks(job["device"], job["dtype"])}}
+        return {"backend_info": {"peaks": peaks.measure_peaks(job["device"], job["dtype"])}}
     if job.get("kind") == "op":  # one cell of the op matrix (perfsuite.measure.ops.worker isolates the risky ones)
         from perfsuite.measure.ops.runner import evaluate
         from perfsuite.measure.ops.shapes import Shape

@@ -20,6 +20,23 @@ from perfsuite.measure.worker import layout
 from perfsuite.measure.worker.job import PROTOCOL, ProcessResult
 from perfsuite.measure.worker.zygote import Zygote, ZygoteError, killpg, signal_text, tail
 
+# The module paths another tree is driven through, where that tree predates the layer packages (commits before
+# 2026-12-05 hold perfsuite/worker/, perfsuite/measure.py, perfsuite/serve/, ...): `perfsuite ab`, the confirmation
+# and bisect still measure such a tree, under its own names.
+FLAT_NAMES = {
+    "perfsuite.measure.worker": "perfsuite.worker",
+    "perfsuite.measure.worker.child": "perfsuite.worker.child",
+    "perfsuite.measure.loop": "perfsuite.measure",
+    "perfsuite.measure.backends.torch_backend": "perfsuite.backends.torch_backend",
+    "perfsuite.measure.backends.onnxruntime": "perfsuite.backends.onnxruntime",
+    "perfsuite.measure.serving.replicate": "perfsuite.serve.replicate",
+}
+
+
+def flat_tree(tree: Path) -> bool:
+    """Whether ``tree`` holds perfsuite in its flat layout (from before the layer packages)."""
+    return not (tree / "perfsuite" / "measure" / "worker" / "__main__.py").is_file()
+
 
 class SideError(Exception):
     """A side (tree + interpreter) that cannot run perfsuite workers; one line with the fix."""
@@ -36,6 +53,14 @@ class Side:
     env: tuple[tuple[str, str], ...] = ()
     fixed_layout: bool = False  # its workers start without ASLR (perfsuite.measure.worker.layout): same addresses per tree
 
+    def module(self, name: str) -> str:
+        """``name`` (this tree's module path) as this side's tree spells it."""
+        return FLAT_NAMES.get(name, name) if flat_tree(self.tree) else name
+
+    def has(self, name: str) -> bool:
+        """Whether this side's tree holds the module ``name`` (as this tree spells it)."""
+        return (self.tree / (self.module(name).replace(".", "/") + ".py")).is_file()
+
     def environ(self) -> dict[str, str]:
         env = dict(os.environ)
         old = env.get("PYTHONPATH")
@@ -46,9 +71,9 @@ class Side:
 
 def this_side(label: str = "") -> Side:
     """The tree this coordinator's own perfsuite was imported from, with this interpreter."""
-    import perfsuite
+    from perfsuite.facts import TREE
 
-    return Side(Path(perfsuite.__file__).resolve().parent.parent, sys.executable, label)
+    return Side(TREE, sys.executable, label)
 
 
 def probe(side: Side, modules: tuple[str, ...] = (), timeout_s: float = 300) -> dict[str, Any]:
@@ -58,7 +83,7 @@ def probe(side: Side, modules: tuple[str, ...] = (), timeout_s: float = 300) -> 
     if not Path(side.python).exists() and "/" in side.python:
         raise SideError(f"{name}: interpreter {side.python} does not exist; pass an existing python (e.g. "
                         f"{side.tree}/.venv/bin/python)")
-    proc = run_tool([side.python, "-m", "perfsuite.measure.worker", "probe", *modules], timeout_s, cwd=side.tree,
+    proc = run_tool([side.python, "-m", side.module("perfsuite.measure.worker"), "probe", *map(side.module, modules)], timeout_s, cwd=side.tree,
                     env=side.environ())
     if proc.rc in (NOT_FOUND, CANNOT_RUN, TIMED_OUT) and proc.problem:
         raise SideError(f"{name}: cannot run {side.python}: {proc.problem}")
@@ -154,7 +179,7 @@ class Pool:
                 raise SideError(str(exc)) from None
         else:
             with open(log, "a") as fh:
-                run.proc = subprocess.Popen([self.side.python, "-m", "perfsuite.measure.worker", "run", str(job_path),
+                run.proc = subprocess.Popen([self.side.python, "-m", self.side.module("perfsuite.measure.worker"), "run", str(job_path),
                                              str(out)], cwd=self.side.tree, env=self.side.environ(), stdout=fh,
                                             stderr=fh, stdin=subprocess.DEVNULL, start_new_session=True,
                                             preexec_fn=layout.preexec(self.side.fixed_layout))
@@ -310,7 +335,7 @@ def forkable(backend: str) -> bool:
 
 def plan(side: Side, args: dict[str, Any], timeout_s: float = 300) -> dict[str, Any]:
     """The cells ``side``'s own tree and config select for ``args`` (see ``python -m perfsuite.measure.worker plan``)."""
-    proc = run_tool([side.python, "-m", "perfsuite.measure.worker", "plan", json.dumps(args)], timeout_s, cwd=side.tree,
+    proc = run_tool([side.python, "-m", side.module("perfsuite.measure.worker"), "plan", json.dumps(args)], timeout_s, cwd=side.tree,
                     env=side.environ())
     name = f"side {side.label}" if side.label else "worker"
     try:

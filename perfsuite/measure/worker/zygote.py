@@ -68,7 +68,7 @@ class Zygote:
 
     def start(self) -> None:
         log = open(self.log, "a")
-        self.proc = subprocess.Popen([self.side.python, "-m", "perfsuite.measure.worker", "serve"], cwd=self.side.tree,
+        self.proc = subprocess.Popen([self.side.python, "-m", self.side.module("perfsuite.measure.worker"), "serve"], cwd=self.side.tree,
                                      env=self.side.environ(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=log, text=True, bufsize=1, start_new_session=True,
                                      preexec_fn=layout.preexec(self.side.fixed_layout))
@@ -79,7 +79,7 @@ class Zygote:
         assert self.proc.stdout is not None
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self.send({"op": "preload", "modules": list(self.preload)})
+        self.send({"op": "preload", "modules": [self.side.module(m) for m in self.preload]})
         self.recv(timeout_s=600)
 
     def send(self, msg: dict[str, Any]) -> None:

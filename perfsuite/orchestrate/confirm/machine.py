@@ -1,5 +1,5 @@
 """Machine state in the verdict: is this the hardware the baselines were recorded on, and does the start-up probe
-(copy bandwidth, matmul FLOP/s; perfsuite.machine.roofline.core, measured at every run's start) differ from theirs beyond its
+(copy bandwidth, matmul FLOP/s; perfsuite.machine.roofline.peaks, measured at every run's start) differ from theirs beyond its
 noise? Pure functions of ``machine_info`` dicts; :func:`current_hardware` reads this machine."""
 
 from __future__ import annotations

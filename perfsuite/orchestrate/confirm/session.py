@@ -111,7 +111,7 @@ class Confirmation:
 
     def _ab(self, ps: Any, targets: list[Target], cells: list[str], budget: float, say: Callable[[str], None],
             rootpath: Path) -> dict[tuple[str, str], decision.Finding]:
-        import perfsuite
+        from perfsuite.facts import TREE
         from perfsuite.facts.errors import UsageError
         from perfsuite.measure.worker import pool
         from perfsuite.orchestrate import abloop
@@ -121,7 +121,7 @@ class Confirmation:
         runs = gate.runs[-gate.config.baseline_runs:]
         sha = baseline_commit(runs)
         top = toplevel(rootpath)
-        src = Path(perfsuite.__file__).resolve().parent.parent
+        src = TREE
         if top != src and top not in src.parents:
             raise CannotConfirm(f"perfsuite is imported from {src}, outside this checkout {top}: an A/B of this "
                                 "repository's commits would not run its code; install perfsuite from this checkout "
@@ -285,10 +285,10 @@ def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusi
 
 
 def warning_class(name: str) -> type[Warning]:
-    from perfsuite.orchestrate import session
+    from perfsuite.verdict import outcome
 
-    return dict(GateDrift=session.GateDrift, GateUnconfirmed=session.GateUnconfirmed,
-                GateInconclusive=session.GateInconclusive)[name]
+    return dict(GateDrift=outcome.GateDrift, GateUnconfirmed=outcome.GateUnconfirmed,
+                GateInconclusive=outcome.GateInconclusive)[name]
 
 
 def start(ps: Any, *, confirm_inconclusive: bool, python: str | None, allow_foreign: bool) -> Confirmation:

@@ -61,14 +61,3 @@ def rows(current: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> l
                          + f"; stopped {sw.get('stopped')}")
     return out + (["knee of each sweep (the highest load the server sustained; per start in extra_info):", *knees]
                   if knees else [])
-
-
-def summary(r: dict[str, Any]) -> str:
-    """One line of a measured serving point (a server start's result): completions, throughputs, medians, the
-    client's dispatch delay and CPU share."""
-    m = r["metrics"]
-    good = f", goodput {m['request_goodput']:.2f} req/s" if "request_goodput" in m else ""
-    return (f"perfsuite serve: {r['point']['slug']}: {m['completed']}/{m['num_prompts']} ok, "
-            f"{m['request_throughput']:.2f} req/s, {m['output_throughput']:.1f} tok/s{good}; median TTFT "
-            f"{m['median_ttft_ms']:.1f} ms, TPOT {m['median_tpot_ms']:.2f} ms, ITL {m['median_itl_ms']:.2f} ms; "
-            f"dispatch delay p99 {m['p99_dispatch_delay_ms']:.3f} ms, client CPU {m['client_cpu_share']:.0%}")
