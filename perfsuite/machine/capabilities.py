@@ -1,26 +1,20 @@
 """What the CPU can run: architecture, model, instruction-set flags, cores, and the *tier* that decides its kernels.
 
-The one source of CPU facts for the runner class (:mod:`perfsuite.machine.runner_class`), the known operator gaps
-(:mod:`perfsuite.measure.ops.known_gaps`) and a run's ``machine_info``. Every decision that depends on the hardware takes a
-:class:`CpuCapabilities`, so a test decides as an AVX2-only EPYC, a Skylake or a Neoverse would by passing one.
+The one source of CPU facts for the runner class, the known operator gaps and a run's ``machine_info``. Every
+decision that depends on the hardware takes a :class:`CpuCapabilities`, so a test decides as an AVX2-only EPYC, a
+Skylake or a Neoverse would by passing one.
 
-**Tier**: the highest rung of the instruction-set ladder that the CPU's kernels dispatch on, modelled on oneDNN's
-ISA hierarchy (``sse41 < avx2 < avx2_vnni < avx512_core < avx512_core_vnni < avx512_core_amx``) and on what ONNX
-Runtime's MLAS and PyTorch's ATen dispatch on (their ``avx2`` / ``avx512`` / VNNI / AMX kernels):
-
-* x86-64: ``amx`` (amx_tile/amx_bf16/amx_int8) > ``avx512vnni`` (avx512_vnni) > ``avx512`` (avx512f) > ``avx2vnni``
-  (avx_vnni: AVX2 machines with VNNI, e.g. Alder Lake and the E-core Xeon 6, whose int8 kernels differ from plain
-  AVX2's) > ``avx2`` > ``sse``.
-* aarch64 (``Features``): ``sme`` > ``sve2`` > ``sve`` > ``i8mm`` > ``dotprod`` (asimddp) > ``neon`` (asimd). The
-  vector ISA comes first because it decides the fp32/bf16 GEMM kernels of oneDNN/ACL and KleidiAI (SVE machines:
-  Neoverse V1/V2/N2, Graviton 3/4); among NEON-only machines (Neoverse N1, Ampere Altra, Apple M1/M2) the int8
-  dot-product extensions decide the quantized kernels. SVE2 parts (Armv9) always carry i8mm as well.
-* any other architecture: the architecture's name (``ppc64le``, ``riscv64``, ``s390x``).
+**Tier**: the highest rung of the instruction-set ladder the CPU's kernels dispatch on, modelled on oneDNN's ISA
+hierarchy and on what ONNX Runtime's MLAS and PyTorch's ATen dispatch on (their avx2 / avx512 / VNNI / AMX kernels):
+:data:`X86_TIERS` above ``sse``; ``avx2vnni`` is AVX2 with VNNI (Alder Lake, the E-core Xeon 6), whose int8 kernels
+differ from plain AVX2's. On aarch64 (``Features``, :data:`ARM_TIERS` above ``aarch64``) the vector ISA comes first
+because it decides the fp32/bf16 GEMM kernels of oneDNN/ACL and KleidiAI (SVE: Neoverse V1/V2/N2, Graviton 3/4);
+among NEON-only machines (Neoverse N1, Ampere Altra, Apple M1/M2) the int8 dot-product extensions decide the
+quantized kernels; SVE2 parts (Armv9) always carry i8mm. Any other architecture: its name (``ppc64le``).
 
 **Test hook**: ``PERFSUITE_CPU_FLAGS`` (space or comma separated /proc/cpuinfo flag names) replaces the flags this
-CPU reports. It changes *decisions* only (the runner class, which known gaps apply, whether the feature set is
-characterised) and never which kernels run; a run under it is marked (``cpu_flags_injected``) and cannot record a
-baseline.
+CPU reports. It changes *decisions* only (the runner class, which known gaps apply) and never which kernels run; a
+run under it is marked (``cpu_flags_injected``) and cannot record a baseline.
 """
 
 from __future__ import annotations
@@ -38,20 +32,11 @@ from typing import Any
 ENV_FLAGS = "PERFSUITE_CPU_FLAGS"
 ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 X86_TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("amx", ("amx_tile", "amx_bf16", "amx_int8")),
-    ("avx512vnni", ("avx512_vnni",)),
-    ("avx512", ("avx512f",)),
-    ("avx2vnni", ("avx_vnni",)),
-    ("avx2", ("avx2",)),
-)
+    ("amx", ("amx_tile", "amx_bf16", "amx_int8")), ("avx512vnni", ("avx512_vnni",)), ("avx512", ("avx512f",)),
+    ("avx2vnni", ("avx_vnni",)), ("avx2", ("avx2",)))
 ARM_TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("sme", ("sme", "sme2")),
-    ("sve2", ("sve2",)),
-    ("sve", ("sve",)),
-    ("i8mm", ("i8mm",)),
-    ("dotprod", ("asimddp",)),
-    ("neon", ("asimd",)),
-)
+    ("sme", ("sme", "sme2")), ("sve2", ("sve2",)), ("sve", ("sve",)), ("i8mm", ("i8mm",)), ("dotprod", ("asimddp",)),
+    ("neon", ("asimd",)))
 TIERS = {"x86_64": (X86_TIERS, "sse"), "aarch64": (ARM_TIERS, "aarch64")}
 _FLAG = re.compile(r"^[a-z0-9_]+$")
 # aarch64 /proc/cpuinfo has no "model name": (CPU implementer, CPU part) of common server cores, as lscpu names them.
@@ -71,10 +56,7 @@ def tier(arch: str, flags: Iterable[str]) -> str:
     arch = normalise_arch(arch)
     have = set(flags)
     ladder, floor = TIERS.get(arch, ((), re.sub(r"[^a-z0-9]+", "", arch) or "unknown"))
-    for name, any_of in ladder:
-        if have.intersection(any_of):
-            return name
-    return floor
+    return next((name for name, any_of in ladder if have.intersection(any_of)), floor)
 
 
 @dataclass(frozen=True)

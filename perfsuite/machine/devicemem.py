@@ -1,18 +1,12 @@
-"""Peak device memory of a cell, read at the device level while the cell runs, for every backend.
+"""Peak device memory of a cell, read at the device level while the cell runs, for every backend (docs/doctor.md,
+"Device memory for every backend").
 
-torch's allocator peaks (``torch.cuda.max_memory_allocated``) see only torch tensors of this process. ONNX Runtime's
-GPU EPs allocate through their own arenas, and vLLM's model runs in worker processes, so neither shows up there.
-A device-level reading sees them all: amdsmi (ROCm), NVML (NVIDIA), ``torch.cuda.mem_get_info`` (either, through
-the HIP/CUDA runtime) or, last, ``amd-smi metric --csv``. A thread polls it while the cell runs and keeps the peak.
-
-Device level means it also counts other processes on the same GPU: the reading at the start (``baseline``) is kept,
-and ``peak_device_delta_bytes`` is what the cell added. On the CPU there is no device memory: the sampler records
-nothing (absent, never a made-up zero); the CPU cells keep ``peak_rss_bytes``.
-
-Metric names (``extra_info``; gateable like the other memory metrics: exact metrics of perfsuite.verdict.policy,
-compared when a policy names them, with a tolerance):
-``peak_device_used_bytes``, ``device_used_baseline_bytes``, ``peak_device_delta_bytes``, plus
-``device_memory_source`` and ``device_memory_samples`` (facts, not gated).
+torch's allocator peaks see only this process's torch tensors; ONNX Runtime's GPU EPs allocate through their own
+arenas and vLLM's model runs in worker processes. A device-level reading (amdsmi, NVML, ``torch.cuda.mem_get_info``
+or, last, ``amd-smi metric --csv``), polled by a thread while the cell runs, sees them all, and other processes on
+the GPU too: the reading at the start (``baseline``) is kept and ``peak_device_delta_bytes`` is what the cell added.
+On the CPU the sampler records nothing (absent, never a made-up zero); the CPU cells keep ``peak_rss_bytes``. The
+byte keys (:data:`KEYS`) are gateable like the other memory metrics (exact metrics of perfsuite.verdict.policy).
 """
 
 from __future__ import annotations
@@ -22,21 +16,25 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from perfsuite.machine.doctor import amd_smi_cli, amdsmi_lib, nvml
+from perfsuite.machine.doctor import amd_smi_cli, amdsmi_lib, nvidia_smi
 from perfsuite.machine.doctor.host import Host
 
 KEYS = ("peak_device_used_bytes", "device_used_baseline_bytes", "peak_device_delta_bytes")
 
 
-class Reader(Protocol):
-    source: str
-    min_interval_s: float
+class Reader:
+    """A device-level reading of the used memory; ``min_interval_s`` is how often it may be taken."""
 
-    def used_bytes(self) -> int: ...
+    source = ""
+    min_interval_s = 0.005
 
-    def close(self) -> None: ...
+    def used_bytes(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
 
 
 def physical_indices(indices: Sequence[int], env: Mapping[str, str], vendor: str) -> list[int]:
@@ -55,10 +53,9 @@ def physical_indices(indices: Sequence[int], env: Mapping[str, str], vendor: str
     return mapped
 
 
-class _LibraryReader:
+class _LibraryReader(Reader):
     """A vendor library held open for the run: ``shutdown`` names the call that releases it."""
 
-    min_interval_s = 0.005
     shutdown = ""
 
     def __init__(self, lib: Any, handles: list[Any]) -> None:
@@ -102,12 +99,11 @@ class NvmlReader(_LibraryReader):
         return sum(int(self.lib.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles)
 
 
-class TorchReader:
+class TorchReader(Reader):
     """``torch.cuda.mem_get_info``: device-wide free/total from the HIP/CUDA runtime. It needs a context on the
     device, so it is used only where torch already initialised one (a torch cell), never to start one."""
 
     source = "torch.cuda.mem_get_info"
-    min_interval_s = 0.005
 
     def __init__(self, torch: Any, indices: Sequence[int]) -> None:
         self.torch, self.indices = torch, list(indices)
@@ -115,11 +111,8 @@ class TorchReader:
     def used_bytes(self) -> int:
         return sum(int(cap) - int(free) for free, cap in map(self.torch.cuda.mem_get_info, self.indices))
 
-    def close(self) -> None:
-        pass
 
-
-class AmdSmiCliReader:
+class AmdSmiCliReader(Reader):
     """``amd-smi metric --mem-usage --csv``: a process per reading (~0.5 s), the fallback without the library."""
 
     source = "amd-smi metric --csv"
@@ -138,33 +131,27 @@ class AmdSmiCliReader:
             raise RuntimeError(f"amd-smi metric --csv has no used_vram for GPU(s) {self.indices}")
         return sum(u for u in used if u is not None)
 
-    def close(self) -> None:
-        pass
-
 
 def open_reader(device: str, indices: Sequence[int] = (0,), host: Host | None = None) -> tuple[Reader | None, str]:
     """The best device-level reader for ``device`` ("cpu" | "cuda"), or (None, why)."""
     if device == "cpu":
         return None, "cpu: no device memory (peak_rss_bytes covers the CPU cells)"
     host = host or Host()
-    why = []
     amd = host.exists("/sys/class/kfd/kfd/topology/nodes") or host.exists("/dev/kfd")
     name, load, reader_type, vendor = (("amdsmi", amdsmi_lib.load, AmdSmiReader, "amd") if amd
-                                       else ("nvml", nvml.load, NvmlReader, "nvidia"))
+                                       else ("nvml", nvidia_smi.load_nvml, NvmlReader, "nvidia"))
     lib, reason = load()
     if lib is not None:
         try:
             return reader_type(lib, physical_indices(indices, host.env, vendor)), ""
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
-    why.append(f"{name}: {reason}")
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         return TorchReader(torch, indices), ""
-    why.append("torch: no initialised GPU context in this process")
     if amd and host.which("amd-smi"):
         return AmdSmiCliReader(host, physical_indices(indices, host.env, "amd")), ""
-    return None, "; ".join(why)
+    return None, f"{name}: {reason}; torch: no initialised GPU context in this process"
 
 
 @dataclass(frozen=True)
@@ -186,30 +173,25 @@ class DeviceMemory:
 
 
 class DeviceMemorySampler:
-    """``with DeviceMemorySampler("cuda") as s: run the cell`` then ``s.result.extra_info()``.
-
-    The thread polls every ``interval_s`` (at least the reader's floor); readings before and after the block are
-    samples too, so a block shorter than one interval still has a peak. A reader that fails mid-run ends the
-    sampling and the error is kept; the peak so far stays (a lower bound, marked by ``error``).
-    """
+    """``with DeviceMemorySampler("cuda") as s: run the cell`` then ``s.result.extra_info()``. The thread polls
+    every ``interval_s`` (at least the reader's floor); readings before and after the block are samples too, so a
+    block shorter than one interval still has a peak. A reader that fails mid-run ends the sampling and the error is
+    kept; the peak so far stays (a lower bound, marked by ``error``)."""
 
     def __init__(self, device: str = "cuda", indices: Sequence[int] = (0,), interval_s: float = 0.01,
                  reader: Reader | None = None, host: Host | None = None) -> None:
         self.reader, self.why = (reader, "") if reader is not None else open_reader(device, indices, host)
         self.interval_s = max(interval_s, self.reader.min_interval_s if self.reader else 0.0)
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._baseline: int | None = None
-        self._peak: int | None = None
-        self._n = 0
+        self._thread = threading.Thread(target=self._loop, name="perfsuite-devicemem", daemon=True)
+        self._baseline = self._peak = self._n = 0
         self._error: str | None = None
         self.result = DeviceMemory(None, None, None, 0, self.interval_s, self.why or None)
 
     def _sample(self) -> None:
         assert self.reader is not None
-        v = self.reader.used_bytes()
+        self._peak = max(self._peak, self.reader.used_bytes())
         self._n += 1
-        self._peak = v if self._peak is None else max(self._peak, v)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -220,20 +202,17 @@ class DeviceMemorySampler:
                 return
 
     def __enter__(self) -> DeviceMemorySampler:
-        if self.reader is None:
-            return self
-        self._baseline = self.reader.used_bytes()
-        self._peak, self._n = self._baseline, 1
-        self._thread = threading.Thread(target=self._loop, name="perfsuite-devicemem", daemon=True)
-        self._thread.start()
+        if self.reader is not None:
+            self._baseline = self._peak = self.reader.used_bytes()
+            self._n = 1
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.reader is None:
             return
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
         try:
             self._sample()
         except Exception as err:

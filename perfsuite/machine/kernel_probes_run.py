@@ -1,10 +1,7 @@
-"""Run every kernel probe (perfsuite.machine.kernel_probes) in a subprocess, cached per environment.
-
-For callers that must not import the backends' libraries themselves (``perfsuite doctor``). The subprocess runs in
-its own session and is killed whole (its process group) on a timeout or Ctrl-C; it writes its answers to a file
-(vLLM logs to stdout). A complete answer is cached under ``<cache dir>/kernel-probes/<key>.json``, the key a
-hash of what decides the answers: Python, the torch / vllm / onnxruntime versions, the CPU's architecture and
-flags, and the compiler candidates inductor would try. A timed-out or failed run is not cached.
+"""Run every kernel probe (perfsuite.machine.kernel_probes) in a subprocess, for callers that must not import the
+backends' libraries (``perfsuite doctor``): killed whole on a timeout or Ctrl-C, its answers written to a file (vLLM
+logs to stdout). A complete answer is cached under ``<cache dir>/kernel-probes/<key>.json``, the key a hash of what
+decides the answers (:func:`environment_key`); a timed-out or failed run is not cached.
 
 ``python -m perfsuite.machine.kernel_probes_run OUT.json`` is the subprocess.
 """

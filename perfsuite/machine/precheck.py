@@ -1,9 +1,7 @@
 """Checks of a command's surroundings before any work starts, each failing with one line that names the option or
-variable and the fix (:class:`perfsuite.machine.preflight.PreflightError`):
-
-* :func:`check_locations`: every output (``--out``, ``--json``) and the model cache take a new file, tried for real;
-  ``/proc/x`` or a read-only mount fails now, not as a traceback once the workers run.
-* :func:`check_thread_env`: a thread count the OpenMP/MKL/OpenBLAS runtimes would silently ignore.
+variable and the fix (:class:`perfsuite.machine.preflight.PreflightError`): every output and the model cache take a
+new file, tried for real (``/proc/x`` or a read-only mount fails now, not as a traceback once the workers run), and
+no thread count is one the OpenMP/MKL/OpenBLAS runtimes would silently ignore.
 """
 
 from __future__ import annotations

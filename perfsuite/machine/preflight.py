@@ -1,15 +1,14 @@
-"""Pre-flight checks for recording baselines (``--perf-update-baselines``), run before anything is measured.
+"""Pre-flight checks for recording baselines (``--perf-update-baselines``), run before anything is measured: a
+baseline recorded on a contended machine is wrong for as long as it is kept (two recording runs at once both stored
+TTFT 100x the normal one).
 
-A baseline recorded on a contended machine is wrong for as long as it is kept (two recording runs at once both
-stored TTFT 100x the normal one), so the plugin checks three things first, each a pure building block here:
-
-* :func:`check_writable`: ``baselines/<class>/`` (or the nearest folder that exists above it) takes a new file,
-  tried for real with a temporary file, so a read-only checkout fails before the matrix runs, not after.
-* :class:`SuiteLock`: one ``flock`` per user and machine. A recording run takes it exclusively; an ordinary perf
-  run takes it shared. Each holder leaves its pid and command line beside the lock, so a refusal names the other
-  run. The kernel drops a lock when its holder dies: a crashed run never blocks the next one.
-* :func:`sample_load`: CPU time spent in ~0.5 s by processes outside this process tree (the machine's CPU times
-  minus our own tree's, both from psutil), with the busiest other processes named, and the load average.
+* :func:`check_writable`: ``baselines/<class>/`` (or the nearest folder above it) takes a new file, tried for real,
+  so a read-only checkout fails before the matrix runs, not after.
+* :class:`SuiteLock`: one ``flock`` per user and machine, exclusive for a recording run and shared for an ordinary
+  one; each holder leaves its pid and command line beside the lock, so a refusal names the other run. The kernel
+  drops a lock when its holder dies: a crashed run never blocks the next one.
+* :func:`sample_load`: CPU time spent in ~0.5 s outside this process tree (the machine's CPU times minus our own
+  tree's, both from psutil), the busiest other processes named, and the load average.
 
 Linux only (``fcntl``; psutil's per-process times elsewhere differ); elsewhere :func:`sample_load` reports itself
 unavailable and the lock is a no-op.
@@ -104,12 +103,10 @@ class LockBusy(PreflightError):
 
 
 class SuiteLock:
-    """``with SuiteLock(exclusive=True): ...`` or ``acquire()`` / ``release()``; raises :class:`LockBusy`.
-
-    Non-blocking: a run that cannot take the lock is refused at once with the holders named. The lock file is
-    opened close-on-exec, so a spawned interpreter does not inherit it; a *forked* worker does share it (flock
-    belongs to the open file description), which keeps the lock for as long as any of the run's processes lives.
-    """
+    """``with SuiteLock(exclusive=True): ...`` or ``acquire()`` / ``release()``; raises :class:`LockBusy` at once,
+    naming the holders (non-blocking). The lock file is opened close-on-exec, so a spawned interpreter does not
+    inherit it; a *forked* worker does share it (flock belongs to the open file description), which keeps the lock
+    for as long as any of the run's processes lives."""
 
     def __init__(self, exclusive: bool, directory: Path | None = None, command: str | None = None) -> None:
         self.exclusive = exclusive
@@ -213,9 +210,7 @@ class LoadSample:
     reason: str = ""  # why not available
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "top"}
-        d["top"] = [o.__dict__ for o in self.top]
-        return d
+        return {**{k: v for k, v in vars(self).items() if k != "top"}, "top": [vars(o) for o in self.top]}
 
     def describe(self) -> str:
         if not self.available:
@@ -258,8 +253,7 @@ def _procs() -> dict[int, tuple[str, float]]:
 
 def _tree(root: int) -> set[int]:
     try:
-        proc = psutil.Process(root)
-        return {root, *(c.pid for c in proc.children(recursive=True))}
+        return {root, *(c.pid for c in psutil.Process(root).children(recursive=True))}
     except psutil.Error:
         return {root}
 

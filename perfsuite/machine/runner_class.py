@@ -1,8 +1,7 @@
 """Runner class: a stable fingerprint of what decides speed, naming the baseline folder.
 
-``cpu-<cpu-model>-<tier>-<N>c`` on the CPU, where the tier is the instruction-set rung its kernels dispatch on
-(``amx``, ``avx512vnni``, ``avx512``, ``avx2vnni``, ``avx2``, ``sse``; ``sve2``, ``sve``, ``i8mm``, ``dotprod``,
-``neon`` on Arm: :mod:`perfsuite.machine.capabilities`), so an AVX-512/AMX Xeon and an AVX2-only EPYC never share a class;
+``cpu-<cpu-model>-<tier>-<N>c`` on the CPU, the tier being the instruction-set rung its kernels dispatch on
+(:mod:`perfsuite.machine.capabilities`), so an AVX-512/AMX Xeon and an AVX2-only EPYC never share a class;
 ``rocm-<gfx arch>-<device>`` or ``cuda-sm<XY>-<device>`` on a GPU (``xK`` appended for K visible GPUs). Reading
 the CPU needs no heavy import; the GPU path imports torch.
 
@@ -25,6 +24,8 @@ from typing import Any
 
 from perfsuite.facts.runner_name import MAX_LENGTH, family, validate
 from perfsuite.machine import capabilities
+
+DRIVER_FILES = {"rocm": "/sys/module/amdgpu/version", "cuda": "/proc/driver/nvidia/version"}
 
 
 class RunnerClass(str):
@@ -56,18 +57,17 @@ def gpu_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {"device_name": props.name, "device_count": torch.cuda.device_count(),
                              "hip": torch.version.hip, "cuda": torch.version.cuda,
                              "total_memory_bytes": props.total_memory, "arch": arch, "kind": "rocm" if hip else "cuda"}
-    facts["driver"] = driver_version(facts["kind"])
+    try:
+        facts["driver"] = version_in(Path(DRIVER_FILES[facts["kind"]]).read_text())
+    except OSError:
+        facts["driver"] = None
     return facts
 
 
-def driver_version(kind: str) -> str | None:
-    paths = {"rocm": "/sys/module/amdgpu/version", "cuda": "/proc/driver/nvidia/version"}
-    try:
-        text = Path(paths[kind]).read_text().strip()
-    except (OSError, KeyError):
-        return None
+def version_in(text: str) -> str:
+    """The first dotted version number in a driver's version file, else its first 80 characters."""
     m = re.search(r"(\d+\.\d+(\.\d+)*)", text)
-    return m.group(1) if m else text[:80]
+    return m.group(1) if m else text.strip()[:80]
 
 
 def _cut(rc: str, keep_suffix: str = "") -> str:
@@ -96,8 +96,8 @@ def from_facts(device: str, facts: dict[str, Any]) -> str:
 
 def detect(device: str, caps: capabilities.CpuCapabilities | None = None) -> tuple[str, dict[str, Any]]:
     """(runner class, facts for machine_info). ``caps``: the CPU to decide for (default: this one, read by
-    :func:`perfsuite.machine.capabilities.detect`, which honours the ``PERFSUITE_CPU_FLAGS`` test hook; ValueError if that
-    is malformed)."""
+    :func:`perfsuite.machine.capabilities.detect`, which honours the ``PERFSUITE_CPU_FLAGS`` test hook; ValueError if
+    that is malformed)."""
     caps = caps or capabilities.detect()
     facts: dict[str, Any] = {"cpu_model": caps.model, "cores": caps.cores, "device": device, **caps.facts(),
                              "legacy_runner_class": legacy_cpu_class(caps.model, caps.cores)}
@@ -124,11 +124,10 @@ def legacy_of(runner_class: str, caps: capabilities.CpuCapabilities | None = Non
 
 
 def recorded_class(machine_info: Mapping[str, Any]) -> str | None:
-    """The runner class of a stored run (its ``machine_info``) in today's naming.
-
-    A run recorded before classes carried the tier (no ``cpu_tier`` in ``machine_info.perfsuite``) whose class is
-    the one detected then (``cpu-<model>-<N>c``, not an override) is of class ``cpu-<model>-<tier>-<N>c``, the
-    tier derived from the CPU flags the run recorded. Any other run is of the class it names."""
+    """The runner class of a stored run (its ``machine_info``) in today's naming: a run recorded before classes
+    carried the tier (no ``cpu_tier`` in ``machine_info.perfsuite``) whose class is the one detected then
+    (``cpu-<model>-<N>c``, not an override) is of class ``cpu-<model>-<tier>-<N>c``, the tier derived from the CPU
+    flags the run recorded. Any other run is of the class it names."""
     ps = machine_info.get("perfsuite") if isinstance(machine_info, Mapping) else None
     if not isinstance(ps, Mapping):
         return None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfsuite.machine.doctor import amd_smi_cli, amdsmi_lib, explain, gfx, kfd, nvidia_smi, rocm_smi, rocminfo
-from perfsuite.machine.doctor._parse import json_document
+from perfsuite.machine.doctor.facts import json_document
 from perfsuite.machine.doctor.host import Host
 
 DATA = Path(__file__).parent / "data" / "doctor"

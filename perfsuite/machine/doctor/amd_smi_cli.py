@@ -9,8 +9,7 @@ import io
 from typing import Any
 
 from perfsuite.machine.doctor import gfx
-from perfsuite.machine.doctor._parse import clean, json_document, tool_output, value_bytes
-from perfsuite.machine.doctor.facts import Gpu, SourceResult
+from perfsuite.machine.doctor.facts import Gpu, SourceResult, clean, json_document, probe_tool, value_bytes
 from perfsuite.machine.doctor.host import Host
 
 NAME = "amd-smi"
@@ -19,25 +18,22 @@ NAME = "amd-smi"
 def gpu_entries(doc: Any) -> list[dict[str, Any]]:
     """The per-GPU objects of either shape."""
     if isinstance(doc, dict) and isinstance(doc.get("gpu_data"), list):
-        return [e for e in doc["gpu_data"] if isinstance(e, dict)]
-    if isinstance(doc, list):
-        return [e for e in doc if isinstance(e, dict)]
-    raise ValueError("amd-smi JSON is neither a list nor an object with gpu_data")
-
-
-def _obj(entry: dict[str, Any], key: str) -> dict[str, Any]:
-    v = entry.get(key)
-    return v if isinstance(v, dict) else {}  # "N/A" where the query is unsupported
+        doc = doc["gpu_data"]
+    elif not isinstance(doc, list):
+        raise ValueError("amd-smi JSON is neither a list nor an object with gpu_data")
+    return [e for e in doc if isinstance(e, dict)]
 
 
 def gpu_from_static(entry: dict[str, Any], index: int, source: str = NAME) -> Gpu:
     """One GPU from an ``amd-smi static`` object (the same keys amdsmi's Python API returns)."""
-    asic, board, vram, driver, bus = (_obj(entry, k) for k in ("asic", "board", "vram", "driver", "bus"))
-    name = clean(asic.get("market_name")) or clean(board.get("product_name"))
+    # A block is "N/A" where the query is unsupported.
+    asic, board, vram, driver, bus = (v if isinstance(v := entry.get(k), dict) else {}
+                                      for k in ("asic", "board", "vram", "driver", "bus"))
     idx = entry.get("gpu", index)
     extra = {"compute_units": clean(asic.get("num_compute_units")), "device_id": clean(asic.get("device_id")),
              "bdf": clean(bus.get("bdf")), "vram_type": clean(vram.get("type"))}
-    return Gpu("amd", name, gfx.normalize(clean(asic.get("target_graphics_version"))), value_bytes(vram.get("size")),
+    return Gpu("amd", clean(asic.get("market_name")) or clean(board.get("product_name")),
+               gfx.normalize(clean(asic.get("target_graphics_version"))), value_bytes(vram.get("size")),
                clean(driver.get("version")), idx if isinstance(idx, int) else index, source,
                {k: v for k, v in extra.items() if v is not None})
 
@@ -50,39 +46,31 @@ def parse_version(text: str) -> dict[str, str]:
     """``amd-smi version --json`` -> {"rocm": ..., "amdgpu": ...}; error strings (no access) are dropped."""
     doc = json_document(text)
     entry = doc[0] if isinstance(doc, list) and doc else doc if isinstance(doc, dict) else {}
-    out = {}
-    for key, name in (("rocm_version", "rocm"), ("amdgpu_version", "amdgpu"), ("amdsmi_library_version", "amdsmi")):
-        v = clean(entry.get(key))
-        if isinstance(v, str) and "AMDSMI_STATUS" not in v:
-            out[name] = v
-    return out
+    versions = {name: clean(entry.get(key)) for key, name in
+                (("rocm_version", "rocm"), ("amdgpu_version", "amdgpu"), ("amdsmi_library_version", "amdsmi"))}
+    return {k: v for k, v in versions.items() if isinstance(v, str) and "AMDSMI_STATUS" not in v}
 
 
 def parse_metric_csv(text: str) -> dict[int, tuple[int | None, int | None]]:
     """``amd-smi metric --csv`` -> {gpu: (used_vram_bytes, total_vram_bytes)} (the CSV's MB are MiB)."""
     out = {}
     for row in csv.DictReader(io.StringIO(text)):
-        try:
-            gpu = int(row["gpu"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        out[gpu] = (value_bytes(clean(row.get("used_vram"))), value_bytes(clean(row.get("total_vram"))))
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            out[int(row["gpu"])] = (value_bytes(clean(row.get("used_vram"))), value_bytes(clean(row.get("total_vram"))))
     return out
 
 
 def probe(host: Host) -> SourceResult:
-    out = tool_output(host, NAME, "amd-smi", "static", "--json", last_line=True)
-    if isinstance(out, SourceResult):
-        return out
-    try:
+    def parse(out: str) -> tuple[list[Gpu], dict[str, Any]]:
         gpus = parse_static(out)
-    except ValueError as exc:
-        return SourceResult(NAME, "error", f"unreadable output: {exc}")
-    data: dict[str, Any] = {}
-    if "Permission needed" in out or "Permission denied" in out:
-        data["permission_banner"] = out.strip().splitlines()[0]
-    rc, vout, _ = host.command("amd-smi", "version", "--json")
-    if rc == 0:
-        with contextlib.suppress(ValueError):
-            data.update(parse_version(vout))
-    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus, data)
+        data: dict[str, Any] = {}
+        if "Permission needed" in out or "Permission denied" in out:
+            data["permission_banner"] = out.strip().splitlines()[0]
+        rc, vout, _ = host.command("amd-smi", "version", "--json")
+        if rc == 0:
+            with contextlib.suppress(ValueError):
+                data.update(parse_version(vout))
+        return gpus, data
+
+    return probe_tool(host, NAME, ("amd-smi", "static", "--json"), parse, last_line=True,
+                      bad=lambda out, exc: SourceResult(NAME, "error", f"unreadable output: {exc}"))

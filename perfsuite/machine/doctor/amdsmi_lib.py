@@ -52,4 +52,4 @@ def probe() -> SourceResult:
         gpus = read(mod)
     except Exception as exc:
         return SourceResult(NAME, "error", f"{type(exc).__name__}: {exc}")
-    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus)
+    return SourceResult.found(NAME, gpus)

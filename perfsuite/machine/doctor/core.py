@@ -5,24 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from perfsuite.machine.doctor import (
-    access,
-    amd_smi_cli,
-    amdsmi_lib,
-    builds,
-    cpu,
-    gfx,
-    kfd,
-    nvidia_smi,
-    nvml,
-    rocm_smi,
-    rocminfo,
-    torch_probe,
-)
+from perfsuite.machine import runner_class
+from perfsuite.machine.doctor import access, amd_smi_cli, amdsmi_lib, builds, cpu, kfd, nvidia_smi, rocm_smi, rocminfo
 from perfsuite.machine.doctor.facts import Finding, Gpu, SourceResult
+from perfsuite.machine.doctor.gfx import check_amd, check_nvidia, from_override, parse_sm
 from perfsuite.machine.doctor.host import Host
 
 SCHEMA_VERSION = 1
@@ -46,8 +35,8 @@ class Report:
     env: dict[str, str] = field(default_factory=dict)
     builds: dict[str, Any] = field(default_factory=dict)
     access: dict[str, Any] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
     kernels: list[dict[str, Any]] = field(default_factory=list)  # perfsuite.machine.kernel_probes answers, for the CPU
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -57,11 +46,9 @@ class Report:
     def exit_code(self) -> int:
         return 0 if self.healthy else 1
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "device": self.device, "healthy": self.healthy,
-                "cpu": self.cpu, "gpus": [g.as_dict() for g in self.gpus], "gpu_source": self.gpu_source,
-                "sources": [s.as_dict() for s in self.sources], "runtime": self.runtime, "env": self.env,
-                "builds": self.builds, "access": self.access, "kernels": self.kernels,
+    def as_dict(self) -> dict[str, Any]:  # the fields in their order, after the schema, the device and the verdict
+        return {"schema_version": SCHEMA_VERSION, "device": self.device, "healthy": self.healthy, **vars(self),
+                "gpus": [asdict(g) for g in self.gpus], "sources": [s.as_dict() for s in self.sources],
                 "findings": [f.as_dict() for f in self.findings]}
 
 
@@ -88,11 +75,10 @@ def runtime_facts(host: Host, sources: list[SourceResult]) -> dict[str, Any]:
     version = host.read_text(f"{rocm_path}/.info/version")
     if version:
         out["rocm"] = version.strip()
-    for key, path in (("amdgpu_driver", "/sys/module/amdgpu/version"), ("nvidia_driver", "/proc/driver/nvidia/version")):
-        text = host.read_text(path)
+    for key, kind in (("amdgpu_driver", "rocm"), ("nvidia_driver", "cuda")):
+        text = host.read_text(runner_class.DRIVER_FILES[kind])
         if text:
-            m = re.search(r"(\d+\.\d+(\.\d+)*)", text)
-            out[key] = m.group(1) if m else text.strip()[:80]
+            out[key] = runner_class.version_in(text)
     for s in sources:
         for k in ("rocm", "amdgpu", "nvidia_driver", "cuda_driver", "kernel_driver"):
             if s.data.get(k) and k not in out:
@@ -129,10 +115,10 @@ def collect(device: str = "auto", host: Host | None = None, use_torch: bool = Tr
     host = host or Host()
     tools = _tool_probes(host, on_slow)
     sources = [amdsmi_lib.probe(), tools["amd-smi"], tools["rocminfo"], tools["rocm-smi"], kfd.probe(host),
-               nvml.probe(), tools["nvidia-smi"]]
+               nvidia_smi.probe_nvml(), tools["nvidia-smi"]]
     build_info: dict[str, Any] = {}
     if use_torch:
-        t = torch_probe.probe()
+        t = builds.torch_probe()
         sources.append(t)
         if "build" in t.data:
             build_info["torch"] = t.data["build"]
@@ -153,13 +139,12 @@ def assess(r: Report) -> list[Finding]:
     nv = [g for g in r.gpus if g.vendor == "nvidia"]
     torch_b = r.builds.get("torch") or {}
     tried = ", ".join(f"{s.name} {s.status}" for s in r.sources)
-    if not r.gpus:
-        if r.device == "cuda":
-            fix = ("install the amdgpu (ROCm) or NVIDIA driver; in a container start it with "
-                   f"{access.CONTAINER_FLAGS_AMD} (AMD) or {access.CONTAINER_FLAGS_NVIDIA}")
-            out.append(Finding("error", "device", f"--device cuda, but no GPU was found ({tried})", fix))
-        else:
-            out.append(Finding("ok", "device", "no GPU: the CPU cells run here (--perf-device cpu)"))
+    if not r.gpus and r.device == "cuda":
+        fix = ("install the amdgpu (ROCm) or NVIDIA driver; in a container start it with "
+               f"{access.CONTAINER_FLAGS_AMD} (AMD) or {access.CONTAINER_FLAGS_NVIDIA}")
+        out.append(Finding("error", "device", f"--device cuda, but no GPU was found ({tried})", fix))
+    elif not r.gpus:
+        out.append(Finding("ok", "device", "no GPU: the CPU cells run here (--perf-device cpu)"))
     for s in r.sources:
         if s.status == "error":  # installed but hung, failed or garbled: its facts are missing, say so
             said = s.detail if s.detail.startswith(s.name) else f"{s.name}: {s.detail}"
@@ -167,10 +152,8 @@ def assess(r: Report) -> list[Finding]:
                                f"run {s.name} by hand to see what is wrong"))
     out += _access_findings(r, bool(amd), bool(nv))
     out += _override_findings(r, amd)
-    for g in amd:
-        out += _amd_build_findings(r, g, torch_b)
-    for g in nv:
-        out += _nvidia_build_findings(g, torch_b)
+    out += [f for g in amd for f in _amd_build_findings(r, g, torch_b)]
+    out += [f for g in nv for f in _nvidia_build_findings(g, torch_b)]
     if r.gpus and torch_b.get("kind") == "cpu":
         level = "error" if r.device == "cuda" else "warn"
         idx = ROCM_INDEX if amd else "https://download.pytorch.org/whl/cu128"
@@ -232,12 +215,9 @@ def _access_findings(r: Report, amd: bool, nv: bool) -> list[Finding]:
 
 
 def _override_findings(r: Report, amd: list[Gpu]) -> list[Finding]:
-    out = []
-    for var in BUILD_ONLY:
-        if r.env.get(var):
-            out.append(Finding("info", "override", f"{var}={r.env[var]} is set; it is read only when compiling "
-                               "(hipcc, building torch/vLLM/ORT from source) and changes nothing for installed "
-                               "wheels", f"unset {var} unless you build from source"))
+    out = [Finding("info", "override", f"{var}={r.env[var]} is set; it is read only when compiling (hipcc, building "
+                   "torch/vLLM/ORT from source) and changes nothing for installed wheels",
+                   f"unset {var} unless you build from source") for var in BUILD_ONLY if r.env.get(var)]
     hsa = r.env.get("HSA_OVERRIDE_GFX_VERSION")
     if hsa and not amd:
         out.append(Finding("info", "override", f"HSA_OVERRIDE_GFX_VERSION={hsa} is set but no AMD GPU was found; "
@@ -245,32 +225,28 @@ def _override_findings(r: Report, amd: list[Gpu]) -> list[Finding]:
     return out
 
 
+def _arch_finding(g: Gpu, level: str, topic: str, message: str, fix: str = "") -> Finding:
+    return Finding(level, topic, f"GPU {g.index} ({g.name or '?'}, {g.arch or 'arch unknown'}): {message}", fix)
+
+
 def _amd_build_findings(r: Report, g: Gpu, torch_b: dict[str, Any]) -> list[Finding]:
-    out = []
-    label = f"GPU {g.index} ({g.name or '?'}, {g.arch or 'arch unknown'})"
     if g.arch is None:
-        return [Finding("warn", "arch", f"{label}: no source gave the gfx arch; the arch check is skipped",
-                        "install ROCm's amd-smi or rocminfo")]
-    hsa = r.env.get("HSA_OVERRIDE_GFX_VERSION")
-    checks: list[tuple[str, list[str] | None]] = []
-    if torch_b.get("kind") == "rocm":
-        checks.append((f"torch {torch_b.get('version')}", torch_b.get("arch_list") or None))
-    ort = r.builds.get("onnxruntime") or {}
-    if ort.get("rocm_ep_arch_list"):
-        checks.append(("onnxruntime ROCm EP", ort["rocm_ep_arch_list"]))
-    vl = r.builds.get("vllm") or {}
-    if vl.get("arch_list"):
-        checks.append((f"vllm {vl.get('version')}", vl["arch_list"]))
-    if not checks:
-        checks.append(("the builds", None))
+        return [_arch_finding(g, "warn", "arch", "no source gave the gfx arch; the arch check is skipped",
+                              "install ROCm's amd-smi or rocminfo")]
+    ort, vl = r.builds.get("onnxruntime") or {}, r.builds.get("vllm") or {}
+    rocm_torch = torch_b.get("kind") == "rocm"
+    checks = [(f"torch {torch_b.get('version')}", torch_b.get("arch_list") or None)] if rocm_torch else []
+    checks += [(build, archs) for build, archs in (("onnxruntime ROCm EP", ort.get("rocm_ep_arch_list")),
+                                                   (f"vllm {vl.get('version')}", vl.get("arch_list"))) if archs]
+    out = []
     seen_override = False  # an override problem is reported once per GPU, not once per build
-    for build, archs in checks:
-        v = gfx.check_amd(g.arch, archs, hsa, build)
+    for build, archs in checks or [("the builds", None)]:
+        v = check_amd(g.arch, archs, r.env.get("HSA_OVERRIDE_GFX_VERSION"), build)
         if v.status == "bad-override":
-            overrides = [Finding("error", "override", f"{label}: {v.message}", v.fix)]
+            overrides = [_arch_finding(g, "error", "override", v.message, v.fix)]
         else:
             level = "error" if v.blocking else "ok" if v.status.startswith("ok") else "info"
-            out.append(Finding(level, "arch", f"{label}: {v.message}", v.fix))
+            out.append(_arch_finding(g, level, "arch", v.message, v.fix))
             overrides = [Finding("warn", "override", note) for note in v.notes]
         if not seen_override:
             out += overrides
@@ -279,15 +255,14 @@ def _amd_build_findings(r: Report, g: Gpu, torch_b: dict[str, Any]) -> list[Find
 
 
 def _nvidia_build_findings(g: Gpu, torch_b: dict[str, Any]) -> list[Finding]:
-    label = f"GPU {g.index} ({g.name or '?'}, {g.arch or 'arch unknown'})"
-    p = gfx.parse_sm(g.arch or "")
+    p = parse_sm(g.arch or "")
     if p is None:
-        return [Finding("warn", "arch", f"{label}: no source gave the compute capability")]
+        return [_arch_finding(g, "warn", "arch", "no source gave the compute capability")]
     if torch_b.get("kind") != "cuda":
         return []
-    v = gfx.check_nvidia(p[1], p[2], torch_b.get("arch_list") or None, f"torch {torch_b.get('version')}")
+    v = check_nvidia(p[1], p[2], torch_b.get("arch_list") or None, f"torch {torch_b.get('version')}")
     level = "error" if v.blocking else "ok" if v.status == "ok" else "info"
-    return [Finding(level, "arch", f"{label}: {v.message}", v.fix)] + [Finding("warn", "arch", n) for n in v.notes]
+    return [_arch_finding(g, level, "arch", v.message, v.fix), *(Finding("warn", "arch", n) for n in v.notes)]
 
 
 def _ort_vllm_findings(r: Report, amd: list[Gpu], nv: list[Gpu]) -> list[Finding]:
@@ -295,7 +270,7 @@ def _ort_vllm_findings(r: Report, amd: list[Gpu], nv: list[Gpu]) -> list[Finding
     ort = r.builds.get("onnxruntime") or {}
     providers = ort.get("providers") or []
     rocm_dist = ort.get("dists", {}).get("onnxruntime-rocm")
-    if rocm_dist and _version_tuple(rocm_dist) > (1, 22):
+    if rocm_dist and tuple(int(x) for x in re.findall(r"\d+", rocm_dist)[:2]) > (1, 22):
         out.append(Finding("warn", "build", f"onnxruntime-rocm {rocm_dist}: ONNX Runtime removed the ROCm EP after "
                            "1.22", "use onnxruntime-migraphx"))
     if amd and not {"ROCMExecutionProvider", "MIGraphXExecutionProvider"} & set(providers):
@@ -313,16 +288,10 @@ def _ort_vllm_findings(r: Report, amd: list[Gpu], nv: list[Gpu]) -> list[Finding
     return out
 
 
-def _version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:2])
-
-
 def machine_facts(device: str, host: Host | None = None) -> dict[str, Any]:
-    """Cheap facts for every baseline's ``machine_info``: no torch import, no slow CLI on the CPU path.
-
-    On ``cuda`` it reads the KFD topology (AMD) or NVML / nvidia-smi (NVIDIA). ``HSA_OVERRIDE_GFX_VERSION`` and
-    the other run-time overrides are recorded when set: they change which kernels run.
-    """
+    """Cheap facts for every baseline's ``machine_info``: no torch import, no slow CLI on the CPU path; on ``cuda``
+    the KFD topology (AMD) or NVML / nvidia-smi (NVIDIA). The run-time overrides are recorded: they change which
+    kernels run."""
     host = host or Host()
     facts: dict[str, Any] = {"doctor_schema": SCHEMA_VERSION, "device": device, "cpu": cpu.facts(host)}
     overrides = {k: v for k, v in env_overrides(host.env).items() if k in RUNTIME_OVERRIDES}
@@ -330,15 +299,15 @@ def machine_facts(device: str, host: Host | None = None) -> dict[str, Any]:
         facts["env_overrides"] = overrides
     hsa = overrides.get("HSA_OVERRIDE_GFX_VERSION")
     if hsa:
-        facts["unsupported_override"] = f"HSA_OVERRIDE_GFX_VERSION={hsa} (runs {gfx.from_override(hsa)} code)"
+        facts["unsupported_override"] = f"HSA_OVERRIDE_GFX_VERSION={hsa} (runs {from_override(hsa)} code)"
     if device != "cpu":
         sources = [kfd.probe(host)]
         if sources[0].status != "ok":
-            sources += [nvml.probe()]
+            sources += [nvidia_smi.probe_nvml()]
             if sources[-1].status != "ok":
                 sources.append(nvidia_smi.probe(host))
         gpus, src = pick_gpus(sources)
-        facts["gpus"] = [g.as_dict() for g in gpus]
+        facts["gpus"] = [asdict(g) for g in gpus]
         facts["gpu_source"] = src
         facts["runtime"] = runtime_facts(host, sources)
     return facts

@@ -19,8 +19,8 @@ def classify(text: str) -> list[Finding]:
     missing = re.search(r"Missing CO for these ISAs", text)
     if missing:
         isas = sorted({gfx.normalize(m) or m for m in re.findall(r"amdgcn-amd-amdhsa--(\S+)", text[missing.end():])})
-        out.append(Finding("error", "arch", f"hipErrorNoBinaryForGpu: a loaded library has no code object for {', '.join(isas)} "
-                           "(HIP log: 'Missing CO for these ISAs')", _RUN_DOCTOR))
+        out.append(Finding("error", "arch", "hipErrorNoBinaryForGpu: a loaded library has no code object for "
+                           f"{', '.join(isas)} (HIP log: 'Missing CO for these ISAs')", _RUN_DOCTOR))
     elif "hipErrorNoBinaryForGpu" in text:
         out.append(Finding("error", "arch", "hipErrorNoBinaryForGpu: the build has no code object for this GPU's "
                            "gfx arch", _RUN_DOCTOR))

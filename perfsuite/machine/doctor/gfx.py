@@ -21,7 +21,7 @@ major in ``torch.cuda.get_arch_list()``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # LLVM's generic processor families (AMDGPUUsage, "AMDGPU Generic Processors").
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -86,11 +86,8 @@ def to_override(arch: str) -> str:
 
 
 def normalize(name: str | int | None) -> str | None:
-    """Any spelling of an AMD arch -> ``gfxNNN`` (lower case), or None.
-
-    ``gfx90a``, ``gfx90a:sramecc+:xnack-``, ``amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-``, rocm-smi's ``gfx9010``
-    and KFD's ``90010`` all give ``gfx90a``.
-    """
+    """Any spelling of an AMD arch -> ``gfxNNN`` (lower case), or None: ``gfx90a``, ``gfx90a:sramecc+:xnack-``,
+    ``amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-``, rocm-smi's ``gfx9010`` and KFD's ``90010`` all give ``gfx90a``."""
     if name is None:
         return None
     if isinstance(name, int) or name.strip().isdigit():
@@ -123,9 +120,7 @@ def sm_arch(major: int, minor: int) -> str:
 def parse_sm(arch: str) -> tuple[str, int, int] | None:
     """``sm_90`` -> ("sm", 9, 0); ``compute_37`` -> ("compute", 3, 7); ``sm_90a`` -> ("sm", 9, 0); ``sm_120``."""
     m = re.fullmatch(r"(sm|compute)_(\d+)(\d)([a-z]?)", arch.strip())
-    if not m:
-        return None
-    return m.group(1), int(m.group(2)), int(m.group(3))
+    return (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
 
 
 @dataclass(frozen=True)
@@ -137,7 +132,7 @@ class ArchVerdict:
     message: str
     fix: str = ""
     effective_arch: str | None = None
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
 
 def wheel_with(arch: str) -> tuple[str, str] | None:
@@ -147,10 +142,8 @@ def wheel_with(arch: str) -> tuple[str, str] | None:
 
 def check_amd(device_arch: str, build_archs: list[str] | tuple[str, ...] | None, override: str | None,
               build: str = "torch") -> ArchVerdict:
-    """The decision table: device gfx arch x the build's arch list x ``HSA_OVERRIDE_GFX_VERSION``.
-
-    ``build_archs`` None means the build's list is unknown (not a ROCm build, or the library does not say).
-    """
+    """The decision table: device gfx arch x the build's arch list x ``HSA_OVERRIDE_GFX_VERSION``; ``build_archs``
+    None means the build's list is unknown (not a ROCm build, or the library does not say)."""
     dev = normalize(device_arch)
     if dev is None:
         return ArchVerdict("unknown", False, f"device arch {device_arch!r} is not a gfx arch")
@@ -186,8 +179,8 @@ def check_amd(device_arch: str, build_archs: list[str] | tuple[str, ...] | None,
         return ArchVerdict("unknown", False, f"{build}: no ROCm arch list to check {effective} against", "",
                            effective, tuple(notes))
     if effective in archs:
-        status = "ok-override" if effective != dev else "ok"
-        return ArchVerdict(status, False, f"{build} has code objects for {effective}", "", effective, tuple(notes))
+        return ArchVerdict("ok-override" if effective != dev else "ok", False, f"{build} has code objects for "
+                           f"{effective}", "", effective, tuple(notes))
     # Predicted hipErrorNoBinaryForGpu.
     cand = _override_candidate(dev, archs) if effective == dev else None
     wheel = wheel_with(dev)
@@ -205,10 +198,8 @@ def check_amd(device_arch: str, build_archs: list[str] | tuple[str, ...] | None,
 
 def _override_candidate(dev: str, archs: list[str]) -> str | None:
     """An arch of the build in the device's family (the family's first member preferred), for consumer parts."""
-    fam = family(dev)
-    if dev in DATACENTER or fam is None:
-        return None
-    return next((m for m in FAMILIES[fam] if m in archs and m != dev), None)
+    members = () if dev in DATACENTER else FAMILIES.get(family(dev) or "", ())
+    return next((m for m in members if m in archs and m != dev), None)
 
 
 def check_nvidia(major: int, minor: int, build_archs: list[str] | tuple[str, ...] | None,

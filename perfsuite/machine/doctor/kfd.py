@@ -26,17 +26,17 @@ def parse_properties(text: str) -> dict[str, int]:
     return out
 
 
-def gpu_from_properties(props: dict[str, int], index: int, name: str | None = None,
-                        vram_bytes: int | None = None) -> Gpu | None:
+def gpu_from_properties(props: dict[str, int], index: int, vram_bytes: int | None = None) -> Gpu | None:
     """None for a CPU node (no SIMDs) or a non-AMD node."""
     if props.get("simd_count", 0) <= 0 or props.get("vendor_id", AMD_VENDOR_ID) != AMD_VENDOR_ID:
         return None
     arch = gfx.from_target_version(props["gfx_target_version"]) if props.get("gfx_target_version") else None
-    extra: dict[str, Any] = {k: props[k] for k in ("device_id", "drm_render_minor", "gfx_target_version", "simd_count", "num_xcc",
-                                   "max_engine_clk_fcompute", "location_id", "domain") if k in props}
+    extra: dict[str, Any] = {k: props[k] for k in ("device_id", "drm_render_minor", "gfx_target_version", "simd_count",
+                                                   "num_xcc", "max_engine_clk_fcompute", "location_id", "domain")
+                             if k in props}
     if props.get("simd_per_cu"):  # simd_count > 0: checked above
         extra["compute_units"] = props["simd_count"] // props["simd_per_cu"]
-    return Gpu("amd", name, arch, vram_bytes, None, index, NAME, extra)
+    return Gpu("amd", None, arch, vram_bytes, None, index, NAME, extra)
 
 
 def read(host: Host, root: str = ROOT) -> list[Gpu]:
@@ -49,7 +49,7 @@ def read(host: Host, root: str = ROOT) -> list[Gpu]:
         node_dir = path.rsplit("/", 1)[0]
         bank = host.read_text(f"{node_dir}/mem_banks/0/properties")
         vram = parse_properties(bank).get("size_in_bytes") if bank else None
-        g = gpu_from_properties(parse_properties(text), len(gpus), None, vram)
+        g = gpu_from_properties(parse_properties(text), len(gpus), vram)
         if g is not None:
             g.extra["kfd_node"] = int(node_dir.split("/")[-1])
             label = (host.read_text(f"{node_dir}/name") or "").strip()
@@ -62,5 +62,4 @@ def read(host: Host, root: str = ROOT) -> list[Gpu]:
 def probe(host: Host) -> SourceResult:
     if not host.exists(ROOT):
         return SourceResult(NAME, "absent", f"{ROOT} does not exist (no amdgpu/KFD driver loaded)")
-    gpus = read(host)
-    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus)
+    return SourceResult.found(NAME, read(host))

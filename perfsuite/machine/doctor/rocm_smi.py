@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfsuite.machine.doctor import gfx
-from perfsuite.machine.doctor._parse import clean, json_document, tool_output
-from perfsuite.machine.doctor.facts import Gpu, SourceResult
+from perfsuite.machine.doctor.facts import Gpu, SourceResult, clean, json_document, probe_tool
 from perfsuite.machine.doctor.host import Host
 
 NAME = "rocm-smi"
@@ -15,11 +14,7 @@ _NAME_KEYS = ("Device Name", "Card Series", "Card series", "Card Model", "Card m
 
 
 def _get(card: dict[str, Any], *keys: str) -> Any:
-    for k in keys:
-        v = clean(card.get(k))
-        if v is not None:
-            return v
-    return None
+    return next((v for k in keys if (v := clean(card.get(k))) is not None), None)
 
 
 def parse(text: str) -> tuple[list[Gpu], dict[str, str]]:
@@ -45,13 +40,7 @@ def parse(text: str) -> tuple[list[Gpu], dict[str, str]]:
 
 
 def probe(host: Host) -> SourceResult:
-    out = tool_output(host, NAME, "rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion",
-                      "--json")
-    if isinstance(out, SourceResult):
-        return out
-    try:
-        gpus, facts = parse(out)
-    except ValueError as exc:
-        # Without a driver rocm-smi exits 0 and prints "WARNING: No JSON data to report".
-        return SourceResult(NAME, "empty", f"{out.strip()[:120] or exc}")
-    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus, facts)
+    # Without a driver rocm-smi exits 0 and prints "WARNING: No JSON data to report": "empty", not an error.
+    return probe_tool(host, NAME, ("rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion",
+                                   "--json"), parse,
+                      bad=lambda out, exc: SourceResult(NAME, "empty", f"{out.strip()[:120] or exc}"))

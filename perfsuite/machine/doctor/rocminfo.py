@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 from perfsuite.machine.doctor import gfx
-from perfsuite.machine.doctor._parse import tool_output
-from perfsuite.machine.doctor.facts import Gpu, SourceResult
+from perfsuite.machine.doctor.facts import Gpu, SourceResult, probe_tool
 from perfsuite.machine.doctor.host import Host
 
 NAME = "rocminfo"
@@ -52,13 +51,9 @@ def parse(text: str) -> list[Gpu]:
     for a in parse_agents(text):
         if a.get("Device Type") != "GPU":
             continue
-        vram = None
-        for pool in a["_pools"].splitlines():
-            segment, size = pool.split("|", 1)
-            m = _KB.match(size)
-            if m and "GLOBAL" in segment and "COARSE GRAINED" in segment:
-                vram = int(m.group(1)) * 1024
-                break
+        pools = (pool.split("|", 1) for pool in a["_pools"].splitlines())  # (segment, size)
+        vram = next((int(m.group(1)) * 1024 for segment, size in pools
+                     if (m := _KB.match(size)) and "GLOBAL" in segment and "COARSE GRAINED" in segment), None)
         arch = gfx.normalize(a.get("Name"))
         isa = a["_isa"].splitlines()[0] if a["_isa"] else None
         gpus.append(Gpu("amd", a.get("Marketing Name"), arch, vram, None, len(gpus), NAME,
@@ -81,11 +76,5 @@ def _int(v: str | None) -> int | None:
 
 
 def probe(host: Host) -> SourceResult:
-    out = tool_output(host, NAME, "rocminfo", last_line=True)
-    if isinstance(out, SourceResult):
-        return out
-    try:
-        gpus = parse(out)
-    except ValueError as exc:
-        return SourceResult(NAME, "error", f"{NAME}: malformed output, rejected: {exc}")
-    return SourceResult(NAME, "ok" if gpus else "empty", "", gpus, {"kernel_driver": kernel_driver(out)})
+    return probe_tool(host, NAME, ("rocminfo",), lambda out: (parse(out), {"kernel_driver": kernel_driver(out)}),
+                      last_line=True)

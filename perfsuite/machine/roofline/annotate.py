@@ -1,115 +1,79 @@
-"""How close a cell runs to the hardware's limit (the model's byte and FLOP counts: perfsuite.facts.model_shape).
+"""How close a cell runs to the hardware's limit (the model's byte and FLOP counts: perfsuite.facts.model_shape);
+docs/doctor.md ("Roofline efficiency") gives the conventions and the checked figures.
 
-Decode is memory-bound: each step reads every weight once (the embedding table only for the B rows it gathers,
-unless it is tied to the LM head, which reads it whole) and the KV cache of the current context. That byte count
-divided by TPOT is the achieved bandwidth; the fractions of (a) the bandwidth measured on this device when the run
-starts (a large copy) and (b) the datasheet figure say how much headroom is left. Prefill is compute-bound:
-achieved FLOP/s (useful matmul + attention FLOPs / TTFT) against a measured matmul peak and the datasheet peak.
+Decode is memory-bound: the bytes of a step (every weight once, the B gathered embedding rows unless tied to the LM
+head, and the KV cache at the mean context prompt + new/2) over TPOT is the achieved bandwidth, a share of the copy
+bandwidth measured at run start and of the datasheet figure. Prefill is compute-bound: useful FLOPs over TTFT
+against a measured matmul peak and the datasheet peak.
 
-Conventions, so the numbers can be checked by hand:
-
-* weights: every linear layer, norm and the LM head once per step; the embedding lookup reads B rows.
-* KV cache: K and V of every layer for the context, ``2 * layers * kv_heads * head_dim * context * batch`` elements
-  (GQA: kv_heads < heads). The decode test walks contexts prompt+1 ... prompt+new-1, so the step at the *mean*
-  context (prompt + new/2) has the mean byte count. Activations (B x hidden per layer) are left out: < 0.1 %.
-* quantized weights: int8 -> 1 byte per linear weight; AWQ/GPTQ 4-bit with group-128 scales and zeros ->
-  4 + 20/128 bits per linear weight; the embedding stays in the cell's dtype (AWQ also keeps the LM head).
-* the copy kernel moves 2 x N bytes for an N-byte copy (read + write: the STREAM convention).
-* datasheet bandwidth is per device as the runtime sees it: an MI250X shows up as two devices (GCDs), each with
-  half the package's 3.2 TB/s.
-
-Cache residency of a decode step's working set, and the bandwidth it is compared with.
-
-A CPU decode step that reads fewer bytes than the last-level cache holds (tiny-llama's 14 MB of float32 weights in
-a 32 MiB L3) is served from that cache after the first step, so its share of the DRAM copy bandwidth says nothing
-(it read 108 % of DRAM's peak). Such a cell is ``cache-resident``: its share is taken of a copy kernel over a
-buffer pair that fits the LLC (measured at run start, like the DRAM copy), and a DRAM share is not reported.
-
-Whatever the reference, a share above 100 % is not a share: it is left out (``None``) and
-``bandwidth_above_peak`` says by how much and why (the byte count assumes each weight is read once from that
-level of the hierarchy; part of the working set stayed in a faster one, or the reference under-measured).
-
-``roofline_bound``: ``cache-resident`` or ``dram`` (CPU, by the LLC size), ``llc-unknown`` (CPU, no size read),
-``device-memory`` (GPU). The LLC size is a parameter everywhere (tests inject it); at run start it is read from
-sysfs by the doctor's reader (CPU 0's largest cache).
+A CPU decode working set that fits the last-level cache (tiny-llama's 14 MB of float32 weights in a 32 MiB L3) is
+served from it after the first step (it read 108 % of DRAM's peak): such a cell is ``cache-resident`` and its share
+is of a copy within the LLC, not of DRAM. A share above 100 % is not a share: it is left out (``None``) and
+``bandwidth_above_peak`` says by how much and why. ``roofline_bound``: ``cache-resident`` or ``dram`` (CPU, by the
+LLC size), ``llc-unknown`` (CPU, no size read), ``device-memory`` (GPU).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
+from perfsuite.facts import model_shape as ms
 from perfsuite.facts.cells import cell_from_dict
-from perfsuite.facts.model_shape import (
-    ModelShape,
-    decode_flops_per_step,
-    kv_cache_bytes,
-    prefill_flops,
-    weight_bytes_per_step,
-)
 from perfsuite.machine.roofline.datasheet import datasheet
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or not b or math.isnan(a):
-        return None
-    return a / b
+    return None if a is None or not b or math.isnan(a) else a / b
 
 
 def annotate(cell: Any, model_config: dict[str, Any], aggregates: dict[str, Any],
              bandwidth_bytes_per_s: float | None, *, device_name: str | None = None,
              matmul_flops_per_s: float | None = None, llc_bytes: int | None = None,
              cache_bandwidth_bytes_per_s: float | None = None) -> dict[str, Any]:
-    """``extra_info`` keys of one cell: decode bytes/step, achieved bandwidth and its fraction of the measured and
-    datasheet bandwidth (from ``median_itl_ms``, else ``median_tpot_ms``), and prefill FLOP/s against the peaks
-    (from ``median_ttft_ms``).
-
-    ``cell`` is a :class:`perfsuite.facts.cells.Cell` (its scenario, dtype, quantization, tensor_parallel_size are read).
-    Keys whose inputs are missing are left out; ratios without a reference are None. A CPU cell whose working set
-    fits ``llc_bytes`` is cache-resident and compared with ``cache_bandwidth_bytes_per_s``; no share is above 1
-    (:func:`decode_fields`).
-    """
-    shape = ModelShape.from_config(model_config)
+    """``extra_info`` keys of one cell (a :class:`perfsuite.facts.cells.Cell`): decode bytes/step, achieved bandwidth
+    and its shares (from ``median_itl_ms``, else ``median_tpot_ms``), and prefill FLOP/s against the peaks (from
+    ``median_ttft_ms``). Keys whose inputs are missing are left out; ratios without a reference are None; a CPU cell
+    whose working set fits ``llc_bytes`` is compared with ``cache_bandwidth_bytes_per_s`` (:func:`decode_fields`)."""
+    shape = ms.ModelShape.from_config(model_config)
     sc = cell.scenario
     tp = max(1, int(getattr(cell, "tensor_parallel_size", 1)))
-    spec = datasheet(device_name) if getattr(cell, "device", "cpu") != "cpu" else None
+    device = getattr(cell, "device", "cpu")
+    spec = datasheet(device_name) if device != "cpu" else None
     out: dict[str, Any] = {"model_params": shape.total_params()}
     if spec:
-        out["datasheet_device"] = spec.name
-        out["datasheet_source"] = spec.source
+        out.update(datasheet_device=spec.name, datasheet_source=spec.source)
     # The median decode step (robust to the outliers a shared machine adds to per-generation means); its context
     # is the median of a uniform walk, i.e. the mean context the byte count uses.
     tpot = aggregates.get("median_itl_ms") or aggregates.get("median_tpot_ms")
     if tpot:
         ctx = sc.prompt_tokens + sc.new_tokens / 2  # the steps attend over prompt+1 ... prompt+new-1 positions
-        w = weight_bytes_per_step(shape, cell.dtype, sc.batch_size, cell.quantization)
-        kv = kv_cache_bytes(shape, cell.dtype, sc.batch_size, ctx)
-        per_device = (w + kv) / tp
-        achieved = per_device / (tpot / 1e3)
+        w = ms.weight_bytes_per_step(shape, cell.dtype, sc.batch_size, cell.quantization)
+        kv = ms.kv_cache_bytes(shape, cell.dtype, sc.batch_size, ctx)
+        achieved = (w + kv) / tp / (tpot / 1e3)
+        sheet_bw = spec.bandwidth_bytes_per_s if spec else None
         out.update({
-            "roofline_step_ms": tpot, "decode_context_tokens": ctx, "decode_weight_bytes": w, "decode_kv_cache_bytes_per_step": kv,
-            "decode_bytes_per_step": w + kv, "decode_flops_per_step": decode_flops_per_step(shape, sc.batch_size, ctx),
+            "roofline_step_ms": tpot, "decode_context_tokens": ctx, "decode_weight_bytes": w,
+            "decode_kv_cache_bytes_per_step": kv, "decode_bytes_per_step": w + kv,
+            "decode_flops_per_step": ms.decode_flops_per_step(shape, sc.batch_size, ctx),
             "achieved_bandwidth_bytes_per_s": achieved,
             # CPU ranks share the socket's LLC: the whole working set decides residency
-            **decode_fields(getattr(cell, "device", "cpu"), achieved, w + kv,
-                                           dram_bytes_per_s=bandwidth_bytes_per_s,
-                                           cache_bytes_per_s=cache_bandwidth_bytes_per_s, llc_bytes=llc_bytes),
-            "datasheet_bandwidth_bytes_per_s": spec.bandwidth_bytes_per_s if spec else None,
-            "bandwidth_efficiency_datasheet": share(
-                achieved, spec.bandwidth_bytes_per_s if spec else None, "datasheet", w + kv, None)[0],
+            **decode_fields(device, achieved, w + kv, dram_bytes_per_s=bandwidth_bytes_per_s,
+                            cache_bytes_per_s=cache_bandwidth_bytes_per_s, llc_bytes=llc_bytes),
+            "datasheet_bandwidth_bytes_per_s": sheet_bw,
+            "bandwidth_efficiency_datasheet": share(achieved, sheet_bw, "datasheet", w + kv, None)[0],
         })
     ttft = aggregates.get("median_ttft_ms")
     if ttft:
-        flops = prefill_flops(shape, sc.batch_size, sc.prompt_tokens) / tp
+        flops = ms.prefill_flops(shape, sc.batch_size, sc.prompt_tokens) / tp
         achieved_f = flops / (ttft / 1e3)
-        peak = (spec.peak_flops_per_s.get(cell.dtype) if spec else None)
-        out.update({
-            "prefill_flops": flops * tp, "achieved_prefill_flops_per_s": achieved_f,
-            "measured_matmul_flops_per_s": matmul_flops_per_s,
-            "prefill_flops_efficiency_measured": _ratio(achieved_f, matmul_flops_per_s),
-            "datasheet_peak_flops_per_s": peak,
-            "prefill_flops_efficiency_datasheet": _ratio(achieved_f, peak),
-        })
+        peak = spec.peak_flops_per_s.get(cell.dtype) if spec else None
+        out.update({"prefill_flops": flops * tp, "achieved_prefill_flops_per_s": achieved_f,
+                    "measured_matmul_flops_per_s": matmul_flops_per_s,
+                    "prefill_flops_efficiency_measured": _ratio(achieved_f, matmul_flops_per_s),
+                    "datasheet_peak_flops_per_s": peak, "prefill_flops_efficiency_datasheet": _ratio(achieved_f, peak)})
     return out
 
 
@@ -124,7 +88,7 @@ def bound(device: str, working_set_bytes: float, llc_bytes: int | None) -> str:
 def share(achieved: float, reference: float | None, what: str, working_set_bytes: float,
           llc_bytes: int | None) -> tuple[float | None, dict[str, Any] | None]:
     """(share in [0, 1] or None, the ``bandwidth_above_peak`` record when achieved > reference)."""
-    if reference is None or not reference or achieved != achieved:
+    if not reference or math.isnan(achieved):
         return None, None
     r = achieved / reference
     if r <= 1.0:
@@ -141,22 +105,22 @@ def decode_fields(device: str, achieved: float, working_set_bytes: float, *, dra
     """The bandwidth keys of one cell's ``extra_info``: its bound, the reference it is measured against and its share
     of it (never above 1)."""
     b = bound(device, working_set_bytes, llc_bytes)
+    cpu = device == "cpu"
     stalled = bool(cache_bytes_per_s and dram_bytes_per_s and cache_bytes_per_s < dram_bytes_per_s)
     if b == "cache-resident":
         ref, what = (None if stalled else cache_bytes_per_s), "LLC copy"
     else:
-        ref, what = dram_bytes_per_s, ("dram copy" if device == "cpu" else "device copy")
+        ref, what = dram_bytes_per_s, ("dram copy" if cpu else "device copy")
     eff, above = share(achieved, ref, what, working_set_bytes, llc_bytes)
-    out: dict[str, Any] = {"roofline_bound": b, "llc_bytes": llc_bytes if device == "cpu" else None,
-                           "bandwidth_reference": what if ref else None,
-                           "measured_bandwidth_bytes_per_s": ref,
+    out: dict[str, Any] = {"roofline_bound": b, "llc_bytes": llc_bytes if cpu else None,
+                           "bandwidth_reference": what if ref else None, "measured_bandwidth_bytes_per_s": ref,
                            "measured_dram_bandwidth_bytes_per_s": dram_bytes_per_s,
-                           "measured_cache_bandwidth_bytes_per_s": cache_bytes_per_s if device == "cpu" else None,
+                           "measured_cache_bandwidth_bytes_per_s": cache_bytes_per_s if cpu else None,
                            "bandwidth_efficiency_measured": eff, "bandwidth_above_peak": above}
     if b == "cache-resident" and stalled and cache_bytes_per_s and dram_bytes_per_s:
-        out["bandwidth_note"] = (f"cache-resident, and the LLC copy measured {cache_bytes_per_s / 1e9:.2f} GB/s, below "
-                                 f"the DRAM copy's {dram_bytes_per_s / 1e9:.2f} GB/s: the machine was busy when the run "
-                                 "started (a descheduled thread stalls a copy this small); no share is given")
+        out["bandwidth_note"] = (f"cache-resident, and the LLC copy measured {cache_bytes_per_s / 1e9:.2f} GB/s, "
+                                 f"below the DRAM copy's {dram_bytes_per_s / 1e9:.2f} GB/s: the machine was busy when "
+                                 "the run started (a descheduled thread stalls a copy this small); no share is given")
     elif b == "cache-resident" and ref is None:
         out["bandwidth_note"] = (f"cache-resident: the {working_set_bytes / 1e6:.1f} MB decode working set fits the "
                                  f"{(llc_bytes or 0) / 2**20:.0f} MiB LLC and no LLC copy bandwidth was measured; a "
@@ -167,11 +131,12 @@ def decode_fields(device: str, achieved: float, working_set_bytes: float, *, dra
 def pct(info: dict[str, Any]) -> str:
     """The run table's ``BW %``: the share ("38%", "38%c" against the LLC copy), "> peak", "cache" or "—"."""
     eff = info.get("bandwidth_efficiency_measured")
+    resident = info.get("roofline_bound") == "cache-resident"
     if info.get("bandwidth_above_peak"):
         return "> peak"
     if isinstance(eff, (int, float)):
-        return f"{eff:.0%}" + ("c" if info.get("roofline_bound") == "cache-resident" else "")
-    return "cache" if info.get("roofline_bound") == "cache-resident" else "—"
+        return f"{eff:.0%}" + ("c" if resident else "")
+    return "cache" if resident else "—"
 
 
 def table_notes(infos: list[dict[str, Any]]) -> list[str]:
@@ -200,22 +165,20 @@ def share_text(info: dict[str, Any]) -> str:
         return f"> peak{b}: {info['bandwidth_above_peak']['reason']}"
     if info.get("bandwidth_efficiency_measured") is None or not ref:
         return f"no share{b}" + (f": {info['bandwidth_note']}" if info.get("bandwidth_note") else "")
-    return f"{info['bandwidth_efficiency_measured']:.1%} of measured {info['bandwidth_reference']} {ref / 1e9:.2f} GB/s{b}"
+    return (f"{info['bandwidth_efficiency_measured']:.1%} of measured {info['bandwidth_reference']} "
+            f"{ref / 1e9:.2f} GB/s{b}")
 
 
 # ------------------------------------------------------------------------------- a results file, after the fact
 def _model_config(cell_dict: dict[str, Any]) -> dict[str, Any]:
-    import json
-    from pathlib import Path
-
     from perfsuite.facts.models import PRESETS
 
-    model_dir = cell_dict.get("model_dir")
-    if model_dir and (Path(model_dir) / "config.json").is_file():
-        return dict(json.loads((Path(model_dir) / "config.json").read_text()))
+    config = Path(cell_dict.get("model_dir") or "") / "config.json"
+    if cell_dict.get("model_dir") and config.is_file():
+        return dict(json.loads(config.read_text()))
     if cell_dict["model"] in PRESETS:
         return dict(PRESETS[cell_dict["model"]].config)
-    raise ValueError(f"{cell_dict['model']}: no config.json at {model_dir!r} and not a preset")
+    raise ValueError(f"{cell_dict['model']}: no config.json at {cell_dict.get('model_dir')!r} and not a preset")
 
 
 def recorded(results: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

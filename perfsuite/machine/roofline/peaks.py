@@ -8,7 +8,6 @@ DRAM (or device memory), a matmul's FLOP/s and, on the CPU, the copy bandwidth w
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import time
@@ -31,11 +30,10 @@ class Measured:
 
 
 def _available_memory_bytes() -> int | None:
-    with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
+    from perfsuite.machine.doctor import cpu
+    from perfsuite.machine.doctor.host import Host
+
+    return cpu.meminfo_bytes(Host(), "MemAvailable")
 
 
 def cpu_copy_nbytes(llc_bytes: int | None = None) -> int:
@@ -80,8 +78,8 @@ def measure_copy_bandwidth(device: str = "cpu", nbytes: int | None = None, repea
             rates.append(2 * n * 4 / dt)
     del src, dst
     return Measured(max(rates), statistics.median(rates), n * 4, repeats,
-                    f"torch copy_ of 2 x {n * 4 / 2**20:.0f} MiB float32 on {device} ({torch.get_num_threads()} threads)"
-                    if device == "cpu" else f"torch copy_ of {n * 4 / 2**20:.0f} MiB on {device}, CUDA/HIP events")
+                    f"torch copy_ of 2 x {n * 4 / 2**20:.0f} MiB float32 on {device} "
+                    f"({torch.get_num_threads()} threads)" if device == "cpu" else f"torch copy_ of {n * 4 / 2**20:.0f} MiB on {device}, CUDA/HIP events")
 
 
 def measure_matmul_flops(device: str = "cpu", dtype: str = "float32", n: int | None = None,
