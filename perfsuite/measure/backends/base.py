@@ -79,7 +79,7 @@ class Backend(Protocol):
 
 
 def has_steps(backend: Any) -> bool:
-    """Whether ``backend`` exposes prefill and decode steps (its declared ``timed_metrics`` include TPOT)."""
+    """Whether ``backend`` exposes prefill and decode steps."""
     return "tpot" in backend.timed_metrics
 
 
@@ -90,6 +90,9 @@ class StepBackend:
 
     def metric_unavailable(self, metric: str) -> str | None:
         return None
+
+    def release(self, state: Any) -> None:
+        del state
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
         """Prefill, then one decode per further token."""

@@ -45,35 +45,28 @@ class TorchBackend(StepBackend):
         return kernel_probes.unmet(self.cell)  # torch-compile on the CPU: inductor's C++ compiler
 
     def load(self) -> None:
-        from transformers import AutoModelForCausalLM
+        from perfsuite.measure.backends.onnxruntime.tracing import load_torch_model
 
         assert self.cell.model_dir is not None
-        model = AutoModelForCausalLM.from_pretrained(
-            self.cell.model_dir, dtype=self.dtype, attn_implementation=self.cell.attn_implementation,
-            use_safetensors=True, local_files_only=True, trust_remote_code=False)
-        self.model = model.to(self.device).eval()  # type: ignore[arg-type]
+        model = load_torch_model(self.cell.model_dir, self.cell.dtype, self.cell.attn_implementation)
+        self.model = model.to(self.device)
         if self.compile:
             # dynamic=True: one graph for every context length instead of a recompile per decode step.
             self.model.forward = torch.compile(self.model.forward, dynamic=True,
                                                mode=self.cell.option("compile_mode", None))
 
-    @torch.inference_mode()
     def prefill(self, prompts: list[list[int]]) -> StepResult:
-        ids = torch.tensor(prompts, dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, use_cache=True)
+        return self._step(torch.tensor(prompts, dtype=torch.long, device=self.device), None)
+
+    def decode(self, state: _State) -> StepResult:
+        return self._step(state.last[:, None], state.past)
+
+    @torch.inference_mode()
+    def _step(self, ids: torch.Tensor, past: Any) -> StepResult:
+        out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
         nxt = out.logits[:, -1, :].argmax(dim=-1)
         tokens = nxt.tolist()  # device -> host copy: the work is finished when this returns
         return StepResult(tokens, _State(out.past_key_values, nxt))
-
-    @torch.inference_mode()
-    def decode(self, state: _State) -> StepResult:
-        out = self.model(input_ids=state.last[:, None], past_key_values=state.past, use_cache=True)
-        nxt = out.logits[:, -1, :].argmax(dim=-1)
-        tokens = nxt.tolist()
-        return StepResult(tokens, _State(out.past_key_values, nxt))
-
-    def release(self, state: Any) -> None:
-        del state
 
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":

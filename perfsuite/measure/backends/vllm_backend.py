@@ -17,19 +17,12 @@ the scheduler runs in this process, so one ``step()`` is exactly one engine iter
 its OpenMP binding and its ``torch.set_num_threads`` patch stay out of this process). ``process`` is vLLM's
 default: the engine core is a separate process whose busy loop runs ahead of the host.
 
-Tensor parallelism (``tensor_parallel_size`` > 1): one worker process per rank; on the CPU each rank's OpenMP
-threads are bound to their own cores (:func:`~perfsuite.measure.backends.vllm_engine_args.cpu_bind_plan`), on a GPU
-vLLM gives each rank one GPU. AWQ (``quantization = "awq"``): a checkpoint that already carries an AWQ
-``quantization_config`` is used as it is; a float checkpoint is turned into one by :mod:`perfsuite.measure.quant.awq`
-(cached), and ``info()["awq"]`` names it and its dequantized float twin.
-
-Processes: :mod:`perfsuite.measure.backends.vllm_engine` records what the engine starts, ends it if ``load()`` fails after
-the start or at ``close()`` (none outlives a cell), and turns vLLM's errors after a worker died into
-:class:`VllmWorkerDied`.
-
-vLLM's own per-request statistics (``RequestOutput.metrics`` = ``RequestStateStats``, and the
-``FinishedRequestStats`` handed to stat loggers) are kept for the last finished generation:
-:meth:`VllmBackend.vllm_request_stats` next to :meth:`VllmBackend.request_timings` (ours).
+Tensor parallelism: one worker process per rank (on the CPU, bound by
+:func:`~perfsuite.measure.backends.vllm_engine_args.cpu_bind_plan`). An AWQ cell of a float checkpoint runs the
+checkpoint :mod:`perfsuite.measure.quant.awq` builds (``info()["awq"]`` names it and its dequantized twin). The
+engine's processes: :mod:`perfsuite.measure.backends.vllm_engine`. vLLM's own per-request statistics
+(``RequestOutput.metrics``, the ``FinishedRequestStats`` handed to stat loggers) of the last finished generation:
+:meth:`VllmBackend.vllm_request_stats`, next to ours (:meth:`VllmBackend.request_timings`).
 """
 
 from __future__ import annotations
@@ -43,7 +36,7 @@ from typing import Any
 from perfsuite.facts.cells import Cell
 from perfsuite.measure.backends.base import StepBackend, StepResult
 from perfsuite.measure.backends.vllm_common import INSTALL_HINT, VllmEngineError, VllmWorkerDied
-from perfsuite.measure.backends.vllm_engine import EngineBackend, shutdown_engine
+from perfsuite.measure.backends.vllm_engine import EngineBackend
 from perfsuite.measure.backends.vllm_engine_args import build_engine_args, engine_core_mode
 
 __all__ = ["INSTALL_HINT", "VllmBackend", "VllmEngineError", "VllmWorkerDied"]
@@ -55,7 +48,6 @@ MAX_IDLE_STEPS = 1000  # engine steps without any new token before we call the e
 class _Gen:
     """One generation in flight: B requests added together."""
 
-    gen_id: int
     ids: list[str]
     t_add: list[float]
     tokens: list[list[int]]
@@ -65,12 +57,9 @@ class _Gen:
     released: bool = False
 
 
-# ---------------------------------------------------------------------------------------------- the step backend
-
 class VllmBackend(EngineBackend, StepBackend):
     def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         super().__init__(cell, cache_dir)
-        self.engine: Any = None
         self._gen: _Gen | None = None
         self._gen_counter = 0
         self._finished_stats: dict[str, Any] = {}  # request id -> vLLM FinishedRequestStats
@@ -80,35 +69,25 @@ class VllmBackend(EngineBackend, StepBackend):
     def engine_args(self, model_path: str | None = None) -> dict[str, Any]:
         return build_engine_args(self.cell, model_path)
 
-    # ------------------------------------------------------------------ lifecycle
-    def _load(self) -> None:
-        import vllm
+    def _make(self, kwargs: dict[str, Any]) -> Any:
         from vllm import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
-        kwargs, env, awq_info = self._resolve()
+        self.engine = LLMEngine.from_engine_args(EngineArgs(**kwargs), stat_loggers=[self._stat_logger_factory()])
+        self._procs.collect(self.engine)
+        # One-off RPC that the first add_request() would otherwise pay inside the first TTFT.
+        with self._procs.watch():
+            self.engine.get_supported_tasks()
+        return self.engine
 
-        def make() -> Any:
-            self.engine = LLMEngine.from_engine_args(EngineArgs(**kwargs), stat_loggers=[self._stat_logger_factory()])
-            self._procs.collect(self.engine)
-            # One-off RPC that the first add_request() would otherwise pay inside the first TTFT.
-            with self._procs.watch():
-                self.engine.get_supported_tasks()
-            return self.engine
-
-        start_s = self._start(env, make)
-        self._info = self._describe(vllm.__version__, start_s, kwargs, env)
-        if awq_info is not None:
-            self._info["awq"] = awq_info
-        cfg = self.engine.vllm_config
-        if cfg.scheduler_config.async_scheduling and not self.cell.option("async_scheduling", False):
+    def _load(self) -> None:
+        super()._load()
+        sched = self.engine.vllm_config.scheduler_config
+        if sched.async_scheduling and not self.cell.option("async_scheduling", False):
             raise VllmEngineError("vLLM turned async scheduling on; the step-loop timing needs it off")
 
-    def _describe(self, version: str, start_s: float, kwargs: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-        cfg = self.engine.vllm_config
+    def _describe(self, kwargs: dict[str, Any], env: dict[str, str], cfg: Any) -> dict[str, Any]:
         return {
-            "vllm": version,
-            "engine_start_s": start_s,
             "engine_api": "vllm.v1.engine.llm_engine.LLMEngine (add_request/step)",
             "engine_core": engine_core_mode(self.cell),
             "engine_args": {k: v for k, v in kwargs.items() if k != "model"},
@@ -127,7 +106,6 @@ class VllmBackend(EngineBackend, StepBackend):
                 "quantization": cfg.model_config.quantization,
                 "device": str(cfg.device_config.device_type),
             },
-            "engine_pids": list(self._procs.pids),
         }
 
     def _stat_logger_factory(self) -> Any:
@@ -157,10 +135,8 @@ class VllmBackend(EngineBackend, StepBackend):
             with contextlib.suppress(Exception):
                 self.release(self._gen)
         self._gen = None
-        engine, self.engine = self.engine, None
-        self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
+        super().close()
 
-    # ------------------------------------------------------------------ generation
     def _sampling_params(self, **over: Any) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -178,8 +154,8 @@ class VllmBackend(EngineBackend, StepBackend):
         if self._gen is not None and not self._gen.released:
             self.release(self._gen)
         self._gen_counter += 1
-        g = _Gen(self._gen_counter, [f"g{self._gen_counter}-r{i}" for i in range(len(prompts))], [],
-                 [[] for _ in prompts], [[] for _ in prompts], [False] * len(prompts))
+        g = _Gen([f"g{self._gen_counter}-r{i}" for i in range(len(prompts))], [], [[] for _ in prompts],
+                 [[] for _ in prompts], [False] * len(prompts))
         self._gen = g
         sp = self._sampling_params()
         with self._procs.watch():
@@ -333,7 +309,6 @@ class VllmBackend(EngineBackend, StepBackend):
         if self._gen is g:
             self._gen = None
 
-    # ------------------------------------------------------------------ facts
     def info(self) -> dict[str, Any]:
         d = dict(self._info)
         if self._last_ours is not None:

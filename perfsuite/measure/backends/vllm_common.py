@@ -30,10 +30,12 @@ class VllmWorkerDied(VllmEngineError):
 
 
 @contextlib.contextmanager
-def scoped_env(values: dict[str, str]) -> Iterator[None]:
+def vllm_env(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` for the block, with ``vllm.envs`` read afresh in it and after it."""
     old = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
+        fresh_vllm_envs()
         yield
     finally:
         for k, v in old.items():
@@ -41,6 +43,7 @@ def scoped_env(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        fresh_vllm_envs()
 
 
 def fresh_vllm_envs() -> None:
@@ -79,8 +82,6 @@ def describe_exit(name: str, pid: int | None, exitcode: int | None) -> str:
         return f"{who} was killed by signal {sig}"
     return f"{who} exited with code {exitcode}"
 
-
-# ---------------------------------------------------------------------------------------------- model path / AWQ
 
 def is_awq_checkpoint(model_dir: Path) -> bool:
     try:
@@ -149,8 +150,7 @@ def validate_with_vllm(cell: Cell, kwargs_for: Any) -> str | None:
         except VllmPlacementError as exc:
             return str(exc)
         try:
-            with scoped_env(env):
-                fresh_vllm_envs()
+            with vllm_env(env):
                 config = EngineArgs(**kwargs).create_engine_config()
                 from vllm.platforms import current_platform
 
@@ -160,8 +160,6 @@ def validate_with_vllm(cell: Cell, kwargs_for: Any) -> str | None:
                     OMPProcessManager(config)
         except Exception as exc:
             return f"vllm {vllm.__version__} cannot run this cell: {type(exc).__name__}: {exc_message(exc)}"
-        finally:
-            fresh_vllm_envs()
     return None
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,8 @@ from perfsuite.measure.backends.vllm_common import (
     fresh_vllm_envs,
     model_path_for,
     platform_reason,
-    scoped_env,
     validate_with_vllm,
+    vllm_env,
 )
 from perfsuite.measure.backends.vllm_engine_args import engine_env
 
@@ -71,14 +71,6 @@ class EngineProcesses:
         out += [describe_exit("vLLM process", pid, None) for pid in self.pids if pid not in seen and not _running(pid)]
         return out
 
-    def wait_dead(self, grace_s: float) -> list[str]:
-        deadline = time.monotonic() + grace_s
-        while True:
-            dead = self.dead()
-            if dead or time.monotonic() >= deadline:
-                return dead
-            time.sleep(0.05)
-
     def alive(self) -> list[int]:
         return [pid for pid in self.pids if _running(pid)]
 
@@ -90,7 +82,9 @@ class EngineProcesses:
         except VllmEngineError:
             raise
         except Exception as exc:
-            dead = self.wait_dead(DEATH_GRACE_S)
+            deadline = time.monotonic() + DEATH_GRACE_S
+            while not (dead := self.dead()) and time.monotonic() < deadline:
+                time.sleep(0.05)
             if dead:
                 raise VllmWorkerDied(
                     f"vLLM worker died: {'; '.join(dead)}; the engine cannot continue this cell (vLLM then "
@@ -182,11 +176,12 @@ def shutdown_engine(engine: Any, procs: EngineProcesses) -> list[int]:
 
 class EngineBackend:
     """What both vLLM backends do around their engine: start it under the cell's environment recording the processes
-    it starts, end them if ``load()`` fails after the start, and report memory over all of them."""
+    it starts, end them if ``load()`` fails after the start or at ``close()``, and report memory over all of them."""
 
     def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         self.cell = cell
         self.name = cell.backend
+        self.engine: Any = None  # the LLMEngine
         self._procs = EngineProcesses()
         self._info: dict[str, Any] = {}
 
@@ -202,6 +197,14 @@ class EngineBackend:
     def engine_args(self, model_path: str | None = None) -> dict[str, Any]:  # pragma: no cover - each its own
         raise NotImplementedError
 
+    def _make(self, kwargs: dict[str, Any]) -> Any:  # pragma: no cover - each its own
+        """Build the engine (returns the ``LLMEngine``)."""
+        raise NotImplementedError
+
+    def _describe(self, kwargs: dict[str, Any], env: dict[str, str], cfg: Any) -> dict[str, Any]:  # pragma: no cover
+        """After the start: the facts ``info()`` reports between ``engine_start_s`` and ``engine_pids``."""
+        raise NotImplementedError
+
     def availability(self) -> str | None:
         """Why the cell cannot run on this install, or None. The cell's option errors raise here (a usage error,
         not a skip), before vLLM sees anything."""
@@ -211,30 +214,31 @@ class EngineBackend:
         self.engine_args()
         return validate_with_vllm(self.cell, self.engine_args)
 
-    def _resolve(self) -> tuple[dict[str, Any], dict[str, str], dict[str, Any] | None]:
-        """The engine's keyword arguments and environment for the cell, and the AWQ checkpoint's facts (AWQ cells)."""
+    def _load(self) -> None:
+        """``_make()`` under the cell's environment, timed; the engine's processes are recorded even when it fails
+        half-way, so ``close()`` can end them."""
+        import vllm
+
         path, awq_info = model_path_for(self.cell)
-        return self.engine_args(path), engine_env(self.cell), awq_info
-
-    def _load(self) -> None:  # pragma: no cover - each backend has its own
-        raise NotImplementedError
-
-    def close(self) -> None:  # pragma: no cover - each backend has its own
-        raise NotImplementedError
-
-    def _start(self, env: dict[str, str], make: Callable[[], Any]) -> float:
-        """``make()`` (which returns the ``LLMEngine``) under ``env``; returns the seconds it took. The engine's
-        processes are recorded even when ``make()`` fails half-way, so ``close()`` can end them."""
+        kwargs, env = self.engine_args(path), engine_env(self.cell)
         t0 = time.perf_counter()
-        engine: Any = None
         try:
-            with scoped_env(env):
-                fresh_vllm_envs()
-                engine = make()
+            with vllm_env(env):
+                self.engine = self._make(kwargs)
         finally:
-            self._procs.collect(engine)
-        fresh_vllm_envs()
-        return time.perf_counter() - t0
+            self._procs.collect(self.engine)
+        start_s = time.perf_counter() - t0
+        self._info = {"vllm": vllm.__version__, "engine_start_s": start_s,
+                      **self._describe(kwargs, env, self.engine.vllm_config), "engine_pids": list(self._procs.pids)}
+        if awq_info is not None:
+            self._info["awq"] = awq_info
+
+    def close(self) -> None:
+        engine, self.engine = self.engine, None
+        self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)
 
     def engine_processes_alive(self) -> list[int]:
         """Pids of the processes this backend's engine started that still run."""

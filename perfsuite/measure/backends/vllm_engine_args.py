@@ -165,14 +165,10 @@ def build_engine_args(cell: Cell, model_path: str | None = None) -> dict[str, An
 
 
 def llm_engine_args(cell: Cell, model_path: str | None = None) -> dict[str, Any]:
-    """``vllm.LLM(**kwargs)`` for the ``llm`` mode: vLLM's defaults, as ``vllm bench latency`` starts the engine.
-
-    Only what the cell decides (model, dtype, seed, TP, quantization) and what cannot be left to vLLM here is set:
-    ``skip_tokenizer_init`` (presets carry no tokenizer; prompts are token ids) and ``enable_prefix_caching=False``
-    (vLLM's latency benchmark turns it off too: every timed generation repeats the same prompts). Async scheduling,
-    the engine-core process, CUDA graphs / torch.compile, chunked prefill and the batch limits stay vLLM's.
-    Explicit ``enforce_eager`` / ``max_model_len`` / ``gpu_memory_utilization`` options still apply.
-    """
+    """``vllm.LLM(**kwargs)`` for the ``llm`` mode: vLLM's defaults, as ``vllm bench latency`` starts the engine (it
+    turns the prefix cache off too), with only :func:`_cell_args` and the explicit ``enforce_eager`` /
+    ``gpu_memory_utilization`` / ``load_format`` / ``max_model_len`` options set. Async scheduling, the engine-core
+    process, CUDA graphs / torch.compile, chunked prefill and the batch limits stay vLLM's."""
     kwargs = _cell_args(cell, model_path)
     for key in ("enforce_eager", "gpu_memory_utilization", "load_format"):
         if key in dict(cell.options):

@@ -9,10 +9,8 @@ batch, ``max_tokens = new_tokens``, ``ignore_eos`` (exactly n tokens, checked). 
 ``vllm.LLM()``'s defaults are those ``vllm bench latency`` makes or that token-id prompts need (see
 :func:`~perfsuite.measure.backends.vllm_engine_args.llm_engine_args`).
 
-Only whole generations are timed (``timed_metrics = ("e2el",)``, :class:`~perfsuite.measure.backends.base.WholeBackend`):
-``generate()`` returns when the batch is done, so there is no honest TTFT or per-step time from the host. The
-worker times each ``generate()`` call as one test_e2el round; ``prefill()``/``decode()`` raise, and
-:meth:`VllmLlmBackend.metric_unavailable` says why TTFT/TPOT cells are skipped.
+``generate()`` returns when the batch is done, so there is no honest TTFT or per-step time from the host: only whole
+generations are timed (a :class:`~perfsuite.measure.backends.base.WholeBackend`).
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from typing import Any
 from perfsuite.facts.cells import Cell
 from perfsuite.measure.backends.base import WholeBackend
 from perfsuite.measure.backends.vllm_common import VllmEngineError
-from perfsuite.measure.backends.vllm_engine import EngineBackend, shutdown_engine
+from perfsuite.measure.backends.vllm_engine import EngineBackend
 from perfsuite.measure.backends.vllm_engine_args import llm_engine_args
 
 
@@ -40,30 +38,25 @@ class VllmLlmBackend(EngineBackend, WholeBackend):
         return (f"{self.name} times whole LLM.generate() calls with vLLM's defaults (async scheduling, engine-core "
                 f"process): no host-side {metric.upper()} exists there; the vllm backend's step loop measures it")
 
-    # ------------------------------------------------------------------ lifecycle
     def engine_args(self, model_path: str | None = None) -> dict[str, Any]:
         return llm_engine_args(self.cell, model_path)
 
-    def _load(self) -> None:
-        import vllm
-        from vllm import LLM, SamplingParams
+    def _make(self, kwargs: dict[str, Any]) -> Any:
+        from vllm import LLM
 
-        kwargs, env, awq_info = self._resolve()
+        self.llm = LLM(**kwargs)
+        return self.llm.llm_engine
 
-        def make() -> Any:
-            self.llm = LLM(**kwargs)
-            return self.llm.llm_engine
+    def _describe(self, kwargs: dict[str, Any], env: dict[str, str], cfg: Any) -> dict[str, Any]:
+        from vllm import SamplingParams
 
-        start_s = self._start(env, make)
         # As vllm bench latency asks: ignore_eos + max_tokens (no min_tokens, no per-request seed: both add work
         # to every step in vLLM's sampler); generate() checks that exactly new_tokens came back.
         self._sp = SamplingParams(temperature=float(self.cell.option("temperature", 0.0)), top_p=1.0,
                                   max_tokens=self.cell.scenario.new_tokens, ignore_eos=True, detokenize=False)
-        cfg = self.llm.llm_engine.vllm_config
-        self._info = {
-            "vllm": vllm.__version__, "engine_start_s": start_s,
-            "engine_api": "vllm.LLM.generate (vLLM's defaults)", "engine_args": {k: v for k, v in kwargs.items()
-                                                                                if k != "model"},
+        return {
+            "engine_api": "vllm.LLM.generate (vLLM's defaults)",
+            "engine_args": {k: v for k, v in kwargs.items() if k != "model"},
             "engine_env": env, "timed_metrics": list(self.timed_metrics),
             "sampling": {"temperature": self._sp.temperature, "max_tokens": self._sp.max_tokens,
                          "ignore_eos": True},
@@ -81,18 +74,12 @@ class VllmLlmBackend(EngineBackend, WholeBackend):
                 "quantization": cfg.model_config.quantization,
                 "max_model_len": cfg.model_config.max_model_len,
             },
-            "engine_pids": list(self._procs.pids),
         }
-        if awq_info is not None:
-            self._info["awq"] = awq_info
 
     def close(self) -> None:
-        llm, self.llm = self.llm, None
-        engine = llm.llm_engine if llm is not None else None
-        del llm
-        self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
+        self.llm = None  # its reference to the engine goes first, so shutdown_engine can free it
+        super().close()
 
-    # ------------------------------------------------------------------ generation
     def generate(self, prompts: list[list[int]], new_tokens: int | None = None) -> list[list[int]]:
         """One ``LLM.generate`` call for the batch (what one timed round is); the generated token ids. The sampling
         parameters are built at load for the cell's ``new_tokens``; another count is refused."""
@@ -112,7 +99,3 @@ class VllmLlmBackend(EngineBackend, WholeBackend):
             raise VllmEngineError(f"LLM.generate returned {[len(t) for t in tokens]} tokens per request, expected "
                                   f"exactly {n} (ignore_eos, min_tokens = max_tokens = {n})")
         return tokens
-
-    # ------------------------------------------------------------------ facts
-    def info(self) -> dict[str, Any]:
-        return dict(self._info)

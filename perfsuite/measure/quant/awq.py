@@ -19,7 +19,7 @@ quantized weight replaced by exactly that ``w`` (in float32), so torch running t
 kernel computes, up to the activation dtype and summation order: the reference for a teacher-forced top-1 check.
 
 Both directories are cached next to the float model (``<float dir>-awq-g<G>-v<AWQ_VERSION>`` and ``...-dequant``),
-keyed by the float model's digest; built in a temporary directory and renamed into place, marker written last.
+keyed by the float model's digest, in the format of :mod:`perfsuite.facts.cache_entry`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from perfsuite.facts import cache_entry, identity_hash
 
@@ -69,8 +71,6 @@ def default_group_size(in_features: list[int], tensor_parallel_size: int = 1) ->
                    f"(tensor_parallel_size={tensor_parallel_size}); set backend option awq_group_size")
 
 
-# ------------------------------------------------------------------------------------------------ tensor math
-
 def quantize_rtn(w: Any, group_size: int) -> tuple[Any, Any, Any]:
     """Asymmetric group-wise round-to-nearest of a ``[out, in]`` float weight.
 
@@ -78,8 +78,6 @@ def quantize_rtn(w: Any, group_size: int) -> tuple[Any, Any, Any]:
     ``scales`` float16 ``[in / group, out]``, ``zeros`` int32 ``[in / group, out]`` in 0..15. Rounding uses the
     float16 scale, so ``dequantize`` of the stored values is exactly what a loader computes.
     """
-    import torch
-
     out_f, in_f = w.shape
     if in_f % group_size:
         raise AwqError(f"input dimension {in_f} is not a multiple of the AWQ group size {group_size}")
@@ -97,8 +95,6 @@ def quantize_rtn(w: Any, group_size: int) -> tuple[Any, Any, Any]:
 
 def dequantize(q: Any, scales: Any, zeros: Any, group_size: int) -> Any:
     """``[out, in]`` float32 weight from ``q [in, out]``, ``scales``/``zeros [in / group, out]``."""
-    import torch
-
     in_f, out_f = q.shape
     qg = q.reshape(in_f // group_size, group_size, out_f).to(torch.float32)
     w = (qg - zeros[:, None, :].to(torch.float32)) * scales[:, None, :].to(torch.float32)
@@ -107,8 +103,6 @@ def dequantize(q: Any, scales: Any, zeros: Any, group_size: int) -> Any:
 
 def pack(values: Any) -> Any:
     """``[rows, cols]`` ints in 0..15 -> int32 ``[rows, cols / 8]`` in AWQ's interleaved order."""
-    import torch
-
     rows, cols = values.shape
     v = values.to(torch.int64).reshape(rows, cols // PACK, PACK)
     packed = torch.zeros(rows, cols // PACK, dtype=torch.int64)
@@ -120,8 +114,6 @@ def pack(values: Any) -> Any:
 
 def unpack(packed: Any) -> Any:
     """Inverse of :func:`pack` (for checks): int32 ``[rows, cols / 8]`` -> int32 ``[rows, cols]``."""
-    import torch
-
     rows, n = packed.shape
     p = packed.to(torch.int64) & 0xFFFFFFFF
     out = torch.zeros(rows, n, PACK, dtype=torch.int64)
@@ -129,8 +121,6 @@ def unpack(packed: Any) -> Any:
         out[:, :, col] = (p >> (BITS * slot)) & MAX_Q
     return out.reshape(rows, n * PACK).to(torch.int32)
 
-
-# ------------------------------------------------------------------------------------------------ checkpoints
 
 def _load_float(model_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     from safetensors.torch import load_file
@@ -147,28 +137,18 @@ def _load_float(model_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return config, tensors
 
 
-def _float_digest(model_dir: Path) -> str:
-    from perfsuite.measure.backends.onnxruntime.export import model_digest
-
-    return model_digest(model_dir)
-
-
 def checkpoint_dirs(model_dir: Path, group_size: int) -> tuple[Path, Path]:
     """Where the AWQ checkpoint of ``model_dir`` and its twin live: beside a perfsuite-materialised model, else in
     the cache root's ``models/`` (never inside a user's checkpoint directory)."""
     from perfsuite.facts import cache, models
+    from perfsuite.measure.backends.onnxruntime.export import model_digest
 
     model_dir = Path(model_dir)
     base = model_dir.parent if (model_dir / models.MARKER).is_file() else cache.root_for(model_dir) / "models"
     name = model_dir.name if (model_dir / models.MARKER).is_file() else (
-        f"{model_dir.name}-{_float_digest(model_dir)}")
+        f"{model_dir.name}-{model_digest(model_dir)}")
     awq = base / f"{name}-awq-g{group_size}-v{AWQ_VERSION}"
     return awq, awq.with_name(awq.name + TWIN_SUFFIX)
-
-
-def _digest(float_digest: str, group_size: int) -> str:
-    return identity_hash({"float": float_digest, "group_size": group_size, "bits": BITS, "v": AWQ_VERSION},
-                         separators=(", ", ": "))
 
 
 def linear_in_features(model_dir: Path) -> list[int]:
@@ -188,12 +168,14 @@ def linear_in_features(model_dir: Path) -> list[int]:
 def build(model_dir: Path, group_size: int | None = None, tensor_parallel_size: int = 1) -> AwqCheckpoint:
     """The cached AWQ checkpoint (and twin) of a float checkpoint, built on a miss."""
     from perfsuite.facts import models
+    from perfsuite.measure.backends.onnxruntime.export import model_digest
 
     model_dir = Path(model_dir)
     if group_size is None:
         group_size = default_group_size(linear_in_features(model_dir), tensor_parallel_size)
     awq_dir, twin_dir = checkpoint_dirs(model_dir, group_size)
-    digest = _digest(_float_digest(model_dir), group_size)
+    digest = identity_hash({"float": model_digest(model_dir), "group_size": group_size, "bits": BITS,
+                            "v": AWQ_VERSION}, separators=(", ", ": "))
     if models.is_complete(awq_dir, digest) and models.is_complete(twin_dir, digest):
         return AwqCheckpoint(awq_dir, twin_dir, group_size, False, json.loads((awq_dir / models.MARKER).read_text()))
     config, tensors = _load_float(model_dir)
@@ -202,8 +184,7 @@ def build(model_dir: Path, group_size: int | None = None, tensor_parallel_size: 
     quantized: list[str] = []
     for name, w in tensors.items():
         if not is_quantized_weight(name, tuple(w.shape)):
-            awq_t[name] = w
-            twin_t[name] = w
+            awq_t[name] = twin_t[name] = w
             continue
         q, scales, zeros = quantize_rtn(w, group_size)
         prefix = name.removesuffix(".weight")
@@ -235,8 +216,6 @@ def _write(target: Path, config: dict[str, Any], tensors: dict[str, Any], meta: 
         cache_entry.commit(tmp, target, meta, models.MARKER)  # replaces an incomplete or outdated earlier attempt
 
 
-# ------------------------------------------------------------------------------------------------ agreement
-
 @dataclass(frozen=True)
 class Agreement:
     """Teacher-forced top-1 agreement of a model under test with a reference on the same token sequences."""
@@ -260,11 +239,9 @@ class Agreement:
 def reference_logits(model_dir: Path, sequences: list[list[int]], dtype: str = "float32") -> Any:
     """Logits ``[B, L, vocab]`` (float32) of a float checkpoint run by transformers over whole sequences: one
     forward pass is teacher forcing, position ``t`` predicts token ``t + 1``."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    from perfsuite.measure.backends.onnxruntime.tracing import load_torch_model
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype), use_safetensors=True,
-                                                 local_files_only=True, trust_remote_code=False).eval()
+    model = load_torch_model(model_dir, dtype, None)  # None: transformers' default attention
     with torch.inference_mode():
         out = model(input_ids=torch.tensor(sequences, dtype=torch.long)).logits.float()
     del model
@@ -275,8 +252,6 @@ def agreement(ref_logits: Any, got_top1: list[list[int]], start: int, margin_bou
     """Compare ``got_top1[b][t]`` (the model under test's top-1 after position ``start + t``) with the reference's
     argmax at the same positions. A position is *decisive* when the reference's top-1 beats its top-2 by more than
     ``margin_bound`` logits: numerical differences smaller than the bound cannot flip it."""
-    import torch
-
     agree = decisive = bad = total = 0
     for b, row in enumerate(got_top1):
         ref = ref_logits[b, start:start + len(row)]

@@ -3,12 +3,8 @@
 ``load()`` takes the decoder-with-past export from the cache (building and verifying it against torch on a miss),
 quantizes it when the cell asks for ``int8-dynamic``, creates the session on the cell's provider, and refuses to
 continue if ORT silently fell back to another provider. The export's layout follows the provider
-(:func:`~perfsuite.measure.backends.onnxruntime.providers.decoder_layout`): the dynamic decoder (past grows each step) by
-default, the static one (fixed-capacity KV cache, one input shape per session; see decoder_io.py) for MIGraphX, which
-compiles per shape, and for graph capture (``enable_graph``). ``info()["input_shapes_per_generation"]`` counts the
-distinct input shapes each session was fed in the last generation. Decoding is greedy; on device providers IO
-binding keeps the KV cache (``present.*`` -> next ``past_key_values.*``) and the logits on the device between steps
-and only the chosen token ids come back to the host.
+(:func:`~perfsuite.measure.backends.onnxruntime.providers.decoder_layout`); :mod:`.runners` feeds it, greedily,
+with IO binding on device providers so that only the chosen token ids come back to the host.
 """
 
 from __future__ import annotations

@@ -40,14 +40,12 @@ import numpy as np
 
 # (batch, prompt, decode steps) for parity; the export dummy is (2, 3, past 5): every case differs from it.
 VERIFY_CASES: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (1, 6, 3), (3, 9, 2), (4, 17, 2))
-DYNAMIC_DIMS: dict[str, tuple[int, ...]] = {"input_ids": (0, 1), "attention_mask": (0, 1), "position_ids": (0, 1),
-                                            "logits": (0,), "next_token": (0,)}
-KV_DYNAMIC_DIMS = (0, 2)
-# The static layout: which axes stay symbolic in the file (and their names, pinned per session).
-STATIC_DIM_NAMES: dict[str, dict[int, str]] = {"input_ids": {0: "batch", 1: "seq"},
-                                                "attention_mask": {0: "batch", 1: "capacity"},
-                                                "position_ids": {0: "batch", 1: "seq"},
-                                                "logits": {0: "batch"}, "next_token": {0: "batch"}}
+# Which axes stay symbolic in the file, and their names (the static layout's are pinned per session).
+DYNAMIC_DIM_NAMES: dict[str, dict[int, str]] = {"input_ids": {0: "batch", 1: "seq"},
+                                                 "attention_mask": {0: "batch", 1: "total"},
+                                                 "position_ids": {0: "batch", 1: "seq"},
+                                                 "logits": {0: "batch"}, "next_token": {0: "batch"}}
+STATIC_DIM_NAMES = {**DYNAMIC_DIM_NAMES, "attention_mask": {0: "batch", 1: "capacity"}}
 STATIC_KV_DIM_NAMES = {0: "batch", 2: "capacity"}
 
 
@@ -61,8 +59,6 @@ def io_names(num_layers: int) -> tuple[list[str], list[str]]:
             ["logits", "next_token"] + [f"present.{n}" for n in kv])
 
 
-# --------------------------------------------------------------------------------------------- running (numpy)
-
 def cpu_session(path: Path) -> Any:
     """A CPU-EP session of an exported graph, with ORT's own log at severity 3 (errors and worse)."""
     import onnxruntime as ort
@@ -72,15 +68,11 @@ def cpu_session(path: Path) -> Any:
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def layout_of(meta: dict[str, Any]) -> str:
-    return str(meta.get("layout", "dynamic"))
-
-
 def empty_past(meta: dict[str, Any], batch: int, capacity: int = 0) -> list[np.ndarray]:
     """The past of a prefill: length 0 (dynamic layout) or ``capacity`` zeroed slots (static layout; zeros, not
     garbage, because a masked slot still multiplies its value by a zero weight and NaN * 0 is NaN)."""
     g = meta["geometry"]
-    n = capacity if layout_of(meta) == "static" else 0
+    n = capacity if meta.get("layout") == "static" else 0
     return [np.zeros((batch, g["kv_heads"], n, g["head_dim"]), dtype=np.dtype(meta["dtype"]))
             for _ in range(2 * g["layers"])]
 
@@ -110,7 +102,7 @@ def ort_greedy_steps(sess: Any, meta: dict[str, Any], prompt: np.ndarray, forced
     names = [i.name for i in sess.get_inputs()]
     b, p = prompt.shape
     n = len(forced) if forced is not None else steps
-    cap = (capacity or p + n) if layout_of(meta) == "static" else None
+    cap = (capacity or p + n) if meta.get("layout") == "static" else None
     feeds = step_feeds(names, prompt, 0, empty_past(meta, b, cap or 0), cap)
     out = sess.run(None, feeds)
     yield feeds, out

@@ -1,9 +1,8 @@
 """The ONNX cache's entries: ``<cache>/onnx/<key>/`` (model.onnx + perfsuite-onnx.json).
 
-Entries have the one cache format of :mod:`perfsuite.facts.cache_entry` (built in a temporary directory, renamed into
-place, marker written last with file sizes and SHA-256s; here also the verification result), so a partial or
-corrupt entry is rebuilt, never loaded. An entry whose graph is not an export of the model it is keyed by (a copied
-or forged entry) is found by :func:`model_mismatch`.
+Entries have the one cache format of :mod:`perfsuite.facts.cache_entry` (the marker here also holds the verification
+result): a partial or corrupt entry is rebuilt, never loaded. An entry whose graph is not an export of the model it
+is keyed by (a copied or forged entry) is found by :func:`model_mismatch`.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import numpy as np
 
 from perfsuite.facts import cache_entry
 from perfsuite.facts.cache_entry import building, file_record  # noqa: F401  (re-exported: the export modules' names)
+from perfsuite.facts.model_shape import ModelShape
 
 MARKER = "perfsuite-onnx.json"
 MODEL_FILE = "model.onnx"
@@ -45,10 +45,8 @@ def entry_problem(entry: Path, run_checker: bool = True) -> str | None:
 def _model_geometry(model_dir: Path) -> dict[str, int]:
     """(layers, kv_heads, head_dim, vocab) from a checkpoint's config.json, as kv_geometry reads a loaded model."""
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    cfg = cfg.get("text_config", cfg) if "num_hidden_layers" not in cfg else cfg
-    heads = int(cfg["num_attention_heads"])
-    return {"layers": int(cfg["num_hidden_layers"]), "kv_heads": int(cfg.get("num_key_value_heads") or heads),
-            "head_dim": int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads), "vocab": int(cfg["vocab_size"])}
+    shape = ModelShape.from_config(cfg.get("text_config", cfg) if "num_hidden_layers" not in cfg else cfg)
+    return {"layers": shape.layers, "kv_heads": shape.kv_heads, "head_dim": shape.head_dim, "vocab": shape.vocab}
 
 
 def _graph_geometry(graph: Any) -> dict[str, int | None]:

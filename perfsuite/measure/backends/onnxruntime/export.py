@@ -1,12 +1,8 @@
 """Export a transformers causal LM to a decoder-with-past ONNX model, verify it, and cache it on disk.
 
 The graph's interface (dynamic and static KV layouts), its numpy feeds and the parity check against torch are in
-:mod:`.decoder_io`; the trace in :mod:`.tracing`; the cache entries in :mod:`.entries`.
-
-The exporter is ``torch.onnx.export(dynamo=False)`` (TorchScript) of a wrapper that builds a transformers
-``DynamicCache`` from the flat past tensors and flattens the returned cache. Cache entries (format: see
-:mod:`.entries`) are keyed by the model digest, dtype, opset, attention implementation and exporter version
-(torch + transformers + EXPORT_VERSION).
+:mod:`.decoder_io`; the trace (``torch.onnx.export(dynamo=False)`` of a wrapper that turns the flat past tensors into
+a transformers cache) in :mod:`.tracing`; the cache entries, keyed by :attr:`ExportSpec.key`, in :mod:`.entries`.
 """
 
 from __future__ import annotations

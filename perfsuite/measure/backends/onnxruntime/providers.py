@@ -2,25 +2,17 @@
 
 Everything here is a pure function of a cell / an ORT version / captured ORT output (``session_options`` only
 copies a config onto ORT's object), so it is unit-tested without the provider's hardware. Option names are the
-ones ORT's provider-option parsers accept (the Python ``provider_options`` dict), not the C struct field names
-(``OrtMIGraphXProviderOptions`` differs):
+ones ORT's Python ``provider_options`` parsers accept, not the C struct field names. An unknown name makes ORT
+refuse the session (it never silently ignores one), so a wrong name here fails a cell loudly rather than
+measuring something else.
 
-* MIGraphX: the keys ORT's *Python* API accepts, which are not those of the C++ provider-options parser: the
-  Python binding (``onnxruntime/python/onnxruntime_pybind_state.cc``) has spelled them ``migraphx_*`` since before
-  1.17, while ``migraphx_execution_provider_info.cc`` (the C++ parser, and what ``get_provider_options()`` reports)
-  used ``trt_fp16_enable`` / ``migx_int8_enable`` up to v1.22.1 and ``migraphx_*`` from the 1.23 integration on.
-  A key the binding does not know raises "Invalid MIGraphX EP option" and ORT falls back to the CPU.
-  :data:`MIGRAPHX_PYTHON_KEYS` lists the keys per version, read from ORT's tags (captured in
-  tests/unit/data/ort_migraphx_python_provider_keys.json); every MIGraphX option perfsuite emits, the raw
-  ``provider_options`` escape hatch included, is checked against the installed version's list.
-* ROCm (onnxruntime-rocm <= 1.22, later ORT removed the EP): ``device_id``, ``tunable_op_enable``,
-  ``tunable_op_tuning_enable``, ``gpu_mem_limit``, ``arena_extend_strategy``, ``enable_hip_graph``.
-* CUDA: ``device_id``, ``gpu_mem_limit``, ``arena_extend_strategy``, ``cudnn_conv_algo_search``,
-  ``enable_cuda_graph``, ``use_tf32``.
-* DirectML: ``device_id``; DML needs ``enable_mem_pattern = False`` and sequential execution.
-
-An unknown option name makes ORT refuse the session (it never silently ignores one), so a wrong name here
-fails a cell loudly rather than measuring something else.
+MIGraphX: the Python binding (``onnxruntime/python/onnxruntime_pybind_state.cc``) has spelled its keys
+``migraphx_*`` since before 1.17, while the C++ parser (``migraphx_execution_provider_info.cc``, what
+``get_provider_options()`` reports) used ``trt_fp16_enable`` / ``migx_int8_enable`` up to v1.22.1. A key the
+binding does not know raises "Invalid MIGraphX EP option" and ORT falls back to the CPU, so every MIGraphX option
+perfsuite emits, the raw ``provider_options`` escape hatch included, is checked against
+:data:`MIGRAPHX_PYTHON_KEYS` (the keys per version, read from ORT's tags; captured in
+tests/unit/data/ort_migraphx_python_provider_keys.json). ROCm: onnxruntime-rocm <= 1.22 (later ORT removed the EP).
 """
 
 from __future__ import annotations
@@ -31,6 +23,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from perfsuite.facts import backend_options
 
 CPU_EP = "CPUExecutionProvider"
 
@@ -55,14 +49,8 @@ QUANTIZATIONS = ("none", "int8-dynamic", "int8-static")
 DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 
-# Cell options this backend understands ([tool.perfsuite.backend_options.onnxruntime-*]).
-KNOWN_OPTIONS = frozenset({
-    "strict", "graph_optimization_level", "io_binding", "iobinding_device", "device_id", "threads",
-    "inter_op_threads", "opset", "verify", "fp16", "int8", "exhaustive_tune", "offload_copy", "mem_limit",
-    "arena_extend_strategy", "model_cache_dir", "tunable_op", "tunable_op_tuning", "enable_graph",
-    "cudnn_conv_algo_search", "use_tf32", "provider_options", "log_placements", "allow_spinning",
-    "decoder", "int8_calibration_table", "int8_native_calibration_table",
-})
+# Cell options this backend understands: every key of the onnxruntime-* schemas.
+KNOWN_OPTIONS = frozenset().union(*(t for b, t in backend_options.SCHEMAS.items() if b.startswith("onnxruntime-")))
 
 
 class ProviderConfigError(ValueError):

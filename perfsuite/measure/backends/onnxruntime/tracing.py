@@ -12,7 +12,8 @@ from perfsuite.measure.backends.onnxruntime import decoder_io
 from perfsuite.measure.backends.onnxruntime.entries import MODEL_FILE
 
 
-def load_torch_model(model_dir: Path, dtype: str, attn_implementation: str = "sdpa") -> Any:
+def load_torch_model(model_dir: Path | str, dtype: str, attn_implementation: str | None = "sdpa") -> Any:
+    """A checkpoint's causal LM in eval mode: safetensors only, local files only, no remote code."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -122,20 +123,19 @@ def torch_export(model: Any, path: Path, dtype: str, opset: int, layout: str = "
     pos = torch.arange(p, p + s, dtype=torch.long)[None].expand(b, s).contiguous()
     tdtype = getattr(torch, dtype)
     inputs, outputs = decoder_io.io_names(layers)
+    names = decoder_io.STATIC_DIM_NAMES if layout == "static" else decoder_io.DYNAMIC_DIM_NAMES
+    axes = {k: dict(v) for k, v in names.items()}
     if layout == "static":
         capacity = p + s + 3  # slots beyond the valid part, as in every decode step but the last
         wrapper = _static_wrapper(model, layers)
         mask = torch.zeros(b, capacity, dtype=torch.long)
         mask[:, :p + s] = 1
         past = [torch.randn(b, kv_heads, capacity, head_dim, dtype=tdtype) for _ in range(2 * layers)]
-        axes = {k: dict(v) for k, v in decoder_io.STATIC_DIM_NAMES.items()}
         axes.update({n: dict(decoder_io.STATIC_KV_DIM_NAMES) for n in inputs[3:] + outputs[2:]})
     else:
         wrapper = _wrapper(model, layers)
         mask = torch.ones(b, p + s, dtype=torch.long)
         past = [torch.randn(b, kv_heads, p, head_dim, dtype=tdtype) for _ in range(2 * layers)]
-        axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
-                "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch"}, "next_token": {0: "batch"}}
         axes.update({n: {0: "batch", 2: "past"} for n in inputs[3:]})
         axes.update({n: {0: "batch", 2: "total"} for n in outputs[2:]})
     with warnings.catch_warnings(), torch.no_grad():
@@ -172,7 +172,7 @@ def static_dim_problems(onnx_path: Path, layout: str = "dynamic") -> list[str]:
         if layout == "static":
             named = decoder_io.STATIC_DIM_NAMES.get(vi.name, decoder_io.STATIC_KV_DIM_NAMES if kv else {})
         else:
-            named = {a: "" for a in decoder_io.DYNAMIC_DIMS.get(vi.name, decoder_io.KV_DYNAMIC_DIMS if kv else ())}
+            named = {a: "" for a in decoder_io.DYNAMIC_DIM_NAMES.get(vi.name, (0, 2) if kv else ())}  # any name
         dims = vi.type.tensor_type.shape.dim
         for axis, name in named.items():
             if axis >= len(dims) or not dims[axis].dim_param or (name and dims[axis].dim_param != name):
