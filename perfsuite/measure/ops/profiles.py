@@ -1,17 +1,9 @@
-"""Hypothesis profiles for the operator shape tests.
+"""Hypothesis profiles for the operator shape tests (docs/ops.md, "Running"): ``ci`` (derandomized, no example
+database), ``nightly`` (random, many examples, a directory database so that failures found once are replayed
+first) and ``gpu-smoke`` (derandomized, large shape bounds).
 
-* ``ci``        derandomized (same examples every run), few examples, no example database: fast and stable.
-* ``nightly``   many examples, random, with a directory example database so failures found once are replayed
-                first on the next night (``.hypothesis/perfsuite-ops``, or ``$PERFSUITE_HYPOTHESIS_DB``).
-* ``gpu-smoke`` derandomized, a handful of examples, large (GPU) shape bounds.
-
-Selection: ``--hypothesis-profile NAME`` (hypothesis' own pytest option; needs :func:`register_profiles` to have
-run at conftest import time) or ``PERFSUITE_HYPOTHESIS_PROFILE``; default ``ci``. The lead wires it with::
-
-    # conftest.py (repository root), at import time
-    from perfsuite.measure.ops.profiles import register_profiles, load_profile
-    register_profiles()
-    load_profile()          # env / default; a --hypothesis-profile option given to pytest wins afterwards
+Selected by ``--hypothesis-profile NAME`` (hypothesis' own pytest option: the root conftest calls
+:func:`register_profiles` at import time) or ``PERFSUITE_HYPOTHESIS_PROFILE``; default ``ci``.
 """
 
 from __future__ import annotations
@@ -34,24 +26,22 @@ NAMES = ("ci", "nightly", "gpu-smoke")
 BOUNDS_OF = {"ci": "small", "nightly": "small", "gpu-smoke": "large"}
 # Examples per (op, shape class) in the `perfsuite ops` sweep.
 SWEEP_EXAMPLES = {"ci": 4, "nightly": 50, "gpu-smoke": 6}
+# Examples per test in tests/ops.
+MAX_EXAMPLES = {"ci": 6, "nightly": 200, "gpu-smoke": 10}
 
 
 def _settings_kwargs(name: str) -> dict[str, Any]:
     from hypothesis import HealthCheck
     from hypothesis.database import DirectoryBasedExampleDatabase
 
+    if name not in NAMES:
+        raise ProfileError(f"unknown hypothesis profile {name!r}; use one of {', '.join(NAMES)}")
     quiet = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
              HealthCheck.differing_executors]
-    common: dict[str, Any] = {"deadline": None, "print_blob": True, "suppress_health_check": quiet}
-    if name == "ci":
-        return {**common, "max_examples": 6, "derandomize": True, "database": None}
-    if name == "nightly":
-        db = os.environ.get("PERFSUITE_HYPOTHESIS_DB") or str(Path(".hypothesis") / "perfsuite-ops")
-        return {**common, "max_examples": 200, "derandomize": False,
-                "database": DirectoryBasedExampleDatabase(db)}
-    if name == "gpu-smoke":
-        return {**common, "max_examples": 10, "derandomize": True, "database": None}
-    raise ProfileError(f"unknown hypothesis profile {name!r}; use one of {', '.join(NAMES)}")
+    db = os.environ.get("PERFSUITE_HYPOTHESIS_DB") or str(Path(".hypothesis") / "perfsuite-ops")
+    return {"deadline": None, "print_blob": True, "suppress_health_check": quiet, "max_examples": MAX_EXAMPLES[name],
+            "derandomize": name != "nightly",
+            "database": DirectoryBasedExampleDatabase(db) if name == "nightly" else None}
 
 
 def register_profiles() -> None:

@@ -1,18 +1,10 @@
-"""Run one (op, backend, dtype, shape) cell and classify it.
+"""Run one (op, backend, dtype, shape) cell and classify it (docs/ops.md, "Classification").
 
-Statuses, worst last (the matrix shows the worst status of a cell)::
-
-    pass         within tolerance, on the requested device/provider/kernel family
-    unsupported  the backend raised (no kernel for this dtype/op/shape, graph rejected, compile failed)
-    fallback     ran, but not where asked: ORT nodes on the CPU EP / provider missing from the session; torch
-                 output on the wrong device; an SDPA call that used another kernel family than expected
-                 (profiler op names: flash / efficient / cudnn / math)
-    wrong        out of tolerance, or NaN/Inf where the reference is finite
-    crash        the process running the cell died (signal, abort, hang past the timeout); only observable
-                 when the cell runs in a worker process (:mod:`perfsuite.measure.ops.worker`)
-
-``skip`` (backend not available here, dtype not offered by the backend) is not a status of the matrix: such
-cells are left out.
+Statuses, worst last (a matrix cell shows the worst): ``pass``; ``unsupported`` (the backend raised);
+``fallback`` (ran, but not where asked: ORT nodes on the CPU EP, torch output on another device, an SDPA kernel
+family other than expected, torch.compile falling back to eager); ``wrong`` (out of tolerance, or NaN/Inf where
+the reference is finite); ``crash`` (the process running the cell died or hung: only observable in a worker
+process, :mod:`perfsuite.measure.ops.worker`). Cells a backend cannot offer here are left out, not a status.
 """
 
 from __future__ import annotations
@@ -52,10 +44,6 @@ def expected_sdpa(device: str, dtype: str) -> frozenset[str] | None:
     if dtype in ("float16", "bfloat16"):
         return frozenset({"flash", "efficient", "cudnn"})
     return None
-
-
-def backend_dtypes(backend: str) -> tuple[str, ...]:
-    return registry.ORT_DTYPES if backend.startswith("onnxruntime") else registry.FLOAT_DTYPES
 
 
 def seed_for(op: str, dtype: str, shape: Shape) -> int:
@@ -107,24 +95,19 @@ def _reference(op_name: str, dtype: str, shape: Shape, seed: int) -> tuple[dict[
     return inputs, op.reference(inputs, shape)
 
 
-_COMPILED: dict[tuple[str, str, str], Any] = {}
-
-
+@functools.cache
 def compiled(op_name: str, dtype: str, device: str) -> Any:
     """``torch.compile(dynamic=True, fullgraph=True)`` of the op's eager function, once per (op, dtype, device)."""
-    key = (op_name, dtype, device)
-    if key not in _COMPILED:
-        import torch
-        import torch._dynamo.config as dcfg
+    import torch
+    import torch._dynamo.config as dcfg
 
-        # Dynamo caches per code object, so every (op, dtype) pair and every specialised int shares one budget.
-        # Raise it, and make hitting it an error: otherwise dynamo silently runs the function eagerly.
-        dcfg.recompile_limit = max(dcfg.recompile_limit, 64)
-        dcfg.accumulated_recompile_limit = max(dcfg.accumulated_recompile_limit, 1024)
-        dcfg.fail_on_recompile_limit_hit = True
-        op = registry.get(op_name)
-        _COMPILED[key] = torch.compile(op.torch_compiled or op.torch, dynamic=True, fullgraph=True)
-    return _COMPILED[key]
+    # Dynamo caches per code object, so every (op, dtype) pair and every specialised int shares one budget.
+    # Raise it, and make hitting it an error: otherwise dynamo silently runs the function eagerly.
+    dcfg.recompile_limit = max(dcfg.recompile_limit, 64)
+    dcfg.accumulated_recompile_limit = max(dcfg.accumulated_recompile_limit, 1024)
+    dcfg.fail_on_recompile_limit_hit = True
+    op = registry.get(op_name)
+    return torch.compile(op.torch_compiled or op.torch, dynamic=True, fullgraph=True)
 
 
 _SESSIONS: dict[tuple[Any, ...], Any] = {}
@@ -153,10 +136,8 @@ def _torch_inputs(op: registry.Op, inputs: dict[str, np.ndarray], dtype: str, de
         t = torch.from_numpy(np.ascontiguousarray(v))
         if k in op.int_inputs or not np.issubdtype(v.dtype, np.floating):
             out[k] = t.to(device)
-        elif k in op.keep_dtype:
-            out[k] = t.to(device=device, dtype=torch.float32)
         else:
-            out[k] = t.to(device=device, dtype=getattr(torch, dtype))
+            out[k] = t.to(device=device, dtype=torch.float32 if k in op.keep_dtype else getattr(torch, dtype))
     return out
 
 
@@ -221,7 +202,7 @@ def run_backend(op: registry.Op, backend: str, dtype: str, shape: Shape, inputs:
         sess = ort_session(op.name, backend, dtype, shape)
         outs = sess.run(None, op.onnx_feeds(inputs, shape, dtype))
         pl = ort_adapter.placement(sess, backend)
-        extra["placement"] = pl.as_dict()
+        extra["placement"] = asdict(pl)
         return op.onnx_post(outs, shape), pl.fallback_reason(), extra
     raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 

@@ -1,17 +1,7 @@
-"""Hypothesis strategies for LLM-shaped operator inputs.
+"""Hypothesis strategies for LLM-shaped operator inputs (docs/ops.md, "Shapes").
 
-Every draw is a :class:`Shape`: the LLM dimensions an op may read (batch, new tokens, past tokens, heads, kv heads,
-head dim, hidden, intermediate, vocab, quantization group) plus the *shape class* it was drawn for:
-
-* ``unit``      every dimension at its minimum (batch 1, one token, one head, tiny hidden/vocab);
-* ``decode``    one new token on top of a KV cache (``new = 1``, ``past >= 1``), small batch;
-* ``prefill``   a prompt without cache (``past = 0``, ``new >= 2``);
-* ``long``      long prompt or long cache, batch 1 (bounded by the profile);
-* ``tile_edge`` sequence/past/hidden/vocab at ``t-1, t, t+1`` for kernel tile sizes ``t`` (16/32/64/128...);
-* ``odd``       odd and prime sizes everywhere a kernel may assume divisibility.
-
-Bounds come from a :class:`Bounds` profile: ``small`` (CPU, CI-friendly) or ``large`` (GPU). Head dims are the
-ones LLMs use (64/80/96/128; the small profile adds 32). GQA ratios are 1/2/4/8 (``heads = kv_heads * ratio``).
+Every draw is a :class:`Shape`: the LLM dimensions an op may read plus the *shape class* it was drawn for
+(:data:`SHAPE_CLASSES`), within a :class:`Bounds` profile: ``small`` (CPU, CI-friendly) or ``large`` (GPU).
 """
 
 from __future__ import annotations
@@ -115,22 +105,16 @@ def fit(shape: Shape, b: Bounds) -> Shape:
         return max(1, n // 2 | 1 if odd else n // 2)
 
     while cost(shape) > b.max_ref_flops:
-        if shape.batch > 1:
-            shape = replace(shape, batch=half(shape.batch) if shape.batch > 2 else 1)
-        elif shape.kv_heads > 1:
-            shape = replace(shape, kv_heads=shape.kv_heads // 2)
-        elif shape.ratio > 1:
-            shape = replace(shape, ratio=shape.ratio // 2)
-        elif shape.vocab > 256 and shape.vocab >= shape.inter:
-            shape = replace(shape, vocab=half(shape.vocab))
-        elif shape.new > 2 and shape.new >= shape.past:
-            shape = replace(shape, new=half(shape.new))
-        elif shape.past > 2:
-            shape = replace(shape, past=half(shape.past))
-        elif shape.inter > 64:
-            shape = replace(shape, inter=half(shape.inter))
-        else:
+        s = shape  # the first dimension in this order that may shrink is halved
+        steps: tuple[tuple[str, bool, Any], ...] = (
+            ("batch", s.batch > 1, half(s.batch) if s.batch > 2 else 1), ("kv_heads", s.kv_heads > 1, s.kv_heads // 2),
+            ("ratio", s.ratio > 1, s.ratio // 2), ("vocab", s.vocab > 256 and s.vocab >= s.inter, half(s.vocab)),
+            ("new", s.new > 2 and s.new >= s.past, half(s.new)), ("past", s.past > 2, half(s.past)),
+            ("inter", s.inter > 64, half(s.inter)))
+        step = next(((name, value) for name, due, value in steps if due), None)
+        if step is None:
             break
+        shape = replace(shape, **dict([step]))
     return shape
 
 
@@ -146,17 +130,12 @@ def llm_shapes(draw: Any, shape_class: str, bounds: Bounds | str = "small") -> S
                      group=32, topk=1)
     if shape_class in ("decode", "prefill"):
         batch = draw(st.integers(1, b.max_batch))
-        if shape_class == "decode":
-            new, past = 1, draw(st.integers(1, b.max_past))
-        else:
-            new, past = draw(st.integers(2, b.max_new)), 0
+        new, past = ((1, draw(st.integers(1, b.max_past))) if shape_class == "decode"
+                     else (draw(st.integers(2, b.max_new)), 0))
         hidden = draw(st.sampled_from([h for h in (64, 128, 256, 512, 1024, 2048, 4096, 8192) if h <= b.max_hidden]))
     elif shape_class == "long":
-        batch = 1
-        if draw(st.booleans()):
-            new, past = draw(st.integers(b.max_long // 2, b.max_long)), 0
-        else:
-            new, past = 1, draw(st.integers(b.max_long // 2, b.max_long))
+        batch, n = 1, st.integers(b.max_long // 2, b.max_long)
+        new, past = (draw(n), 0) if draw(st.booleans()) else (1, draw(n))
         hidden = b.max_hidden
     elif shape_class == "tile_edge":
         batch = draw(st.sampled_from([x for x in (1, 2, 3, 4, 7, 8, 9, 15, 16, 17) if x <= b.max_batch]))

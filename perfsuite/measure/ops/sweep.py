@@ -59,7 +59,8 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[str], None] | None = None) -
 
     matrix = Matrix()
     backends, matrix.skipped = available_backends(cfg.backends)
-    columns = [(b, d) for b in backends for d in cfg.dtypes if d in runner.backend_dtypes(b)]
+    columns = [(b, d) for b in backends for d in cfg.dtypes
+               if d in (registry.ORT_DTYPES if b.startswith("onnxruntime") else registry.FLOAT_DTYPES)]
     bounds = BOUNDS[cfg.bounds]
     examples = canonical(bounds)
     worker = Worker(timeout_s=cfg.timeout_s) if cfg.isolate != "none" else None

@@ -1,25 +1,10 @@
-"""Tolerance rule: how far a backend's output may sit from the float64 reference.
+"""Tolerance rule: how far a backend's output may sit from the float64 reference (docs/ops.md, "Tolerance").
 
-The reference is computed in float64 from the *dtype-rounded* inputs (the inputs are generated, cast to the cell's
-dtype, then cast back up), so input rounding is never counted as error. What remains is the error of computing in
-the cell's dtype. Standard floating-point error analysis bounds a length-``K`` dot product by
-``gamma_K * (|a| . |b|)`` with ``gamma_K ~ K * eps``; blocked/pairwise/fp32-accumulating kernels behave like
-``sqrt(K) * eps`` in practice, which is what we use. Per element::
-
-    tol = C * eps(dtype) * (sqrt(K) * mag + |ref|) + floor(dtype)
-
-* ``eps(dtype)``: machine epsilon (float32 2^-23, float16 2^-10, bfloat16 2^-7);
-* ``K``: the op's reduction length (hidden for linear/norms, keys + head_dim for attention, vocab for softmax,
-  1 for elementwise ops);
-* ``mag``: the magnitude of the terms that are summed (``|x| @ |w|`` for a matmul, ``max |v|`` for attention,
-  ``|ref|`` for elementwise ops), computed by the op's reference;
-* ``C``: a per-op constant (default 8; transcendental/attention ops use more), listed in ``docs/ops.md``;
-* ``floor``: an absolute floor for results that cancel to ~0 (``eps * 1e-3``... scaled to the dtype's tiny).
-
-An output element is *wrong* when ``|out - ref| > tol`` or when it is NaN/Inf where the reference is finite
-(NaN is never within tolerance). Index outputs (argmax/top-k) are compared by the value they select: the selected
-entries must equal the reference maximum up to the value tolerance (ties are allowed in any order).
-Quantized ops add the quantization error bound of their scheme to ``mag`` (see the op's docstring).
+The reference is float64 of the *dtype-rounded* inputs, so input rounding is never counted as error. Per element
+``tol = C * eps(dtype) * (sqrt(K) * mag + |ref|) + floor(dtype)``: error analysis bounds a length-``K`` dot
+product by ``~K * eps * (|a| . |b|)``; blocked/pairwise/fp32-accumulating kernels behave like ``sqrt(K) * eps``
+in practice, which is what we use. ``K`` (reduction length), ``mag`` (magnitude of the summed terms) and any
+quantization bound come from the op's reference, ``C`` from the op. NaN/Inf where the reference is finite is wrong.
 """
 
 from __future__ import annotations

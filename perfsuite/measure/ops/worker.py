@@ -1,10 +1,8 @@
 """Risky op cells in worker processes: a device fault (abort, segfault, hang) kills one cell, not the session.
 
-The op matrix uses the one worker of every measurement (:mod:`perfsuite.measure.worker.pool`): each isolated cell runs in
-a fresh child forked from a zygote that imported torch and ONNX Runtime once (cheap, ~0.1 s a cell), as a job of
-kind ``op`` (:func:`perfsuite.measure.worker.child.run_job` calls :func:`perfsuite.measure.ops.runner.evaluate` there). A child
-that dies or does not answer within the timeout makes the cell ``crash``, with its exit status and the tail of
-its log; the next cell gets a fresh child as every cell does.
+Each isolated cell is a job of kind ``op`` (run by :func:`perfsuite.measure.ops.runner.evaluate`) on the worker of
+every measurement (:mod:`perfsuite.measure.worker.pool`): a fresh child forked from a zygote that imported torch and
+ONNX Runtime once (~0.1 s a cell). A child that dies or does not answer within the timeout makes the cell ``crash``.
 """
 
 from __future__ import annotations
@@ -34,10 +32,9 @@ class Worker:
         self.pool = pool.Pool(side, preload=PRELOAD)
         self.crashes = 0
 
-    def run(self, op: str, backend: str, dtype: str, shape: Shape, seed: int, device: str = "cpu",
-            check_kernels: bool = True) -> OpResult:
+    def run(self, op: str, backend: str, dtype: str, shape: Shape, seed: int, device: str = "cpu") -> OpResult:
         job = {"kind": "op", "op": op, "backend": backend, "dtype": dtype, "shape": shape.as_dict(), "seed": seed,
-               "device": device, "check_kernels": check_kernels, "index": 0, "label": "op"}
+               "device": device, "check_kernels": True, "index": 0, "label": "op"}
         pr = self.pool.measure(job, fork=True, timeout_s=self.timeout_s, keep_failed=False)
         found = pr.backend_info.get("op_result")
         if pr.error is None and isinstance(found, dict):

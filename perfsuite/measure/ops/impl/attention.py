@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.measure.ops.impl.base import Op, Ref, feed, node, np_softmax, onnx_model, plain_feeds, rng_for, round_to
+from perfsuite.measure.ops.impl.base import Op, Ref, feed, graph, node, onnx_model, plain_feeds, rng_for, round_to
 from perfsuite.measure.ops.shapes import Shape
 
 # --------------------------------------------------------------------------------------------- softmax
@@ -25,8 +25,10 @@ def _softmax_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
 
 
 def _softmax_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
+    from scipy.special import softmax
+
     x = i["x"]
-    y = np_softmax(x + i["mask"])
+    y = softmax(x + i["mask"], axis=-1)
     return Ref(y, y * np.maximum(1.0, np.abs(x)), k=x.shape[-1])
 
 
@@ -49,6 +51,8 @@ def _attn_inputs(prefill: bool) -> Callable[[Shape, str, int], dict[str, np.ndar
 
 
 def _attn_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
+    from scipy.special import softmax
+
     q, k, v = i["q"], i["k"], i["v"]
     ratio = q.shape[1] // k.shape[1]
     k = np.repeat(k, ratio, axis=1)
@@ -56,64 +60,47 @@ def _attn_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
     new, total, d = q.shape[2], k.shape[2], q.shape[3]
     scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(d)
     scores = np.where(_lower_right(new, total), scores, -np.inf)
-    p = np_softmax(scores)
+    p = softmax(scores, axis=-1)
     out = p @ v
     mag = np.abs(p) @ np.abs(v) * np.maximum(1.0, np.abs(scores).max(-1, initial=0, where=np.isfinite(scores),
                                                                         keepdims=True))
     return Ref(out, mag, k=total + d)
 
 
-def _sdpa_causal_torch(t: dict[str, Any], s: Shape) -> Any:
-    import torch
+def _sdpa_torch(kv_cache: bool, compiled: bool = False) -> Callable[[dict[str, Any], Shape], Any]:
+    """Torch SDPA, causal (prefill) or with a lower-right causal mask over a KV cache.
 
-    q, k, v = t["q"], t["k"], t["v"]
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=bool(s.ratio != 1))
+    Under torch.compile (``compiled``) the mask is an explicit boolean one (what HF builds), because dynamo cannot
+    trace the construction of the ``CausalBias`` tensor subclass (``fullgraph=True`` raises "Calling subclass
+    default constructor with more than tensor argument"); and ``enable_gqa`` is a constant: under dynamic=True an
+    int-derived flag is a SymBool, which SDPA rejects ("argument 'enable_gqa' must be bool, not SymBool"); True is
+    also right for ratio 1."""
+    def run(t: dict[str, Any], s: Shape) -> Any:
+        import torch
 
+        q, k, v = t["q"], t["k"], t["v"]
+        new, total = q.shape[2], k.shape[2]
+        mask = None
+        if kv_cache and compiled:
+            mask = torch.ones(new, total, dtype=torch.bool, device=q.device).tril(diagonal=total - new)
+        elif kv_cache:
+            from torch.nn.attention.bias import causal_lower_right
 
-def _sdpa_kv_torch(t: dict[str, Any], s: Shape) -> Any:
-    import torch
-    from torch.nn.attention.bias import causal_lower_right
-
-    q, k, v = t["q"], t["k"], t["v"]
-    mask = causal_lower_right(q.shape[2], k.shape[2])
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=bool(s.ratio != 1))
-
-
-def _sdpa_kv_torch_compiled(t: dict[str, Any], s: Shape) -> Any:
-    """Under torch.compile: an explicit boolean lower-right mask (what HF builds), because dynamo cannot trace the
-    construction of the ``CausalBias`` tensor subclass (``fullgraph=True`` raises "Calling subclass default
-    constructor with more than tensor argument")."""
-    import torch
-
-    q, k, v = t["q"], t["k"], t["v"]
-    new, total = q.shape[2], k.shape[2]
-    mask = torch.ones(new, total, dtype=torch.bool, device=q.device).tril(diagonal=total - new)
-    # enable_gqa is a constant here: under dynamic=True an int-derived flag is a SymBool, which SDPA rejects
-    # ("argument 'enable_gqa' must be bool, not SymBool"); True is also right for ratio 1.
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-
-
-def _sdpa_causal_torch_compiled(t: dict[str, Any], s: Shape) -> Any:
-    import torch
-
-    return torch.nn.functional.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True, enable_gqa=True)
+            mask = causal_lower_right(new, total)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not kv_cache,
+                                                                enable_gqa=compiled or bool(s.ratio != 1))
+    return run
 
 
 def _gqa_onnx(s: Shape, dtype: str) -> Any:
     """com.microsoft GroupQueryAttention (what ORT GenAI / optimum emit; ROCm/CUDA/CPU EPs implement it); the same
     graph serves prefill (empty past) and decode."""
-    ins = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
-    gqa = node("GroupQueryAttention", ins, ["y", "present_key", "present_value"], domain="com.microsoft",
-               num_heads=s.heads, kv_num_heads=s.kv_heads, scale=1.0 / math.sqrt(s.head_dim))
-    return onnx_model([gqa], [("query", dtype, ["b", "s", s.heads * s.head_dim]),
-                              ("key", dtype, ["b", "s", s.kv_heads * s.head_dim]),
-                              ("value", dtype, ["b", "s", s.kv_heads * s.head_dim]),
-                              ("past_key", dtype, ["b", s.kv_heads, "p", s.head_dim]),
-                              ("past_value", dtype, ["b", s.kv_heads, "p", s.head_dim]),
-                              ("seqlens_k", "int32", ["b"]), ("total_sequence_length", "int32", [])],
-                      [("y", dtype, ["b", "s", s.heads * s.head_dim]),
-                       ("present_key", dtype, ["b", s.kv_heads, "t", s.head_dim]),
-                       ("present_value", dtype, ["b", s.kv_heads, "t", s.head_dim])], ms=True)
+    q, kv, cache = f"b,s,{s.heads * s.head_dim}", f"b,s,{s.kv_heads * s.head_dim}", f"{s.kv_heads},p,{s.head_dim}"
+    present = f"b,{s.kv_heads},t,{s.head_dim}"
+    return graph("GroupQueryAttention", f"query[{q}] key[{kv}] value[{kv}] past_key[b,{cache}] past_value[b,{cache}] "
+                 "seqlens_k:int32[b] total_sequence_length:int32[]",
+                 f"y[{q}] present_key[{present}] present_value[{present}]", domain="com.microsoft",
+                 num_heads=s.heads, kv_num_heads=s.kv_heads, scale=1.0 / math.sqrt(s.head_dim))(s, dtype)
 
 
 def _gqa_key(s: Shape) -> tuple[int, int, int]:
@@ -145,9 +132,10 @@ OPS: tuple[Op, ...] = (
     Op("softmax", "softmax(x + mask) with a lower-right causal -inf mask over past+new keys", _softmax_inputs,
        _softmax_ref, lambda t, s: (t["x"] + t["mask"]).softmax(-1), _softmax_onnx, plain_feeds, c=16.0),
     Op("sdpa_causal", "causal prefill attention, GQA (torch SDPA is_causal; ORT GroupQueryAttention)",
-       _attn_inputs(True), _attn_ref, _sdpa_causal_torch, _gqa_onnx, _gqa_feeds, _gqa_post, onnx_key=_gqa_key,
-       c=16.0, sdpa=True, risky=True, torch_compiled=_sdpa_causal_torch_compiled),
+       _attn_inputs(True), _attn_ref, _sdpa_torch(False), _gqa_onnx, _gqa_feeds, _gqa_post, onnx_key=_gqa_key,
+       c=16.0, sdpa=True, risky=True, torch_compiled=_sdpa_torch(False, compiled=True)),
     Op("sdpa_kvcache", "new tokens over a KV cache, lower-right causal mask, GQA (torch SDPA causal_lower_right; "
-       "ORT GroupQueryAttention with past)", _attn_inputs(False), _attn_ref, _sdpa_kv_torch, _gqa_onnx,
-       _gqa_feeds, _gqa_post, onnx_key=_gqa_key, c=16.0, sdpa=True, risky=True, torch_compiled=_sdpa_kv_torch_compiled),
+       "ORT GroupQueryAttention with past)", _attn_inputs(False), _attn_ref, _sdpa_torch(True), _gqa_onnx,
+       _gqa_feeds, _gqa_post, onnx_key=_gqa_key, c=16.0, sdpa=True, risky=True,
+       torch_compiled=_sdpa_torch(True, compiled=True)),
 )

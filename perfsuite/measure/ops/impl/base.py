@@ -1,16 +1,10 @@
 """The op contract (:class:`Op`, :class:`Ref`) and the helpers every op definition uses.
 
-An :class:`Op` knows how to
-
-* ``make_inputs(shape, dtype, seed)``: numpy inputs, float ones already rounded to ``dtype`` (held as float64);
-* ``reference(inputs, shape)``: a :class:`Ref` (float64 output, error magnitude ``mag``, reduction length ``k``,
-  extra absolute tolerance for quantized ops);
-* ``torch(inputs, shape)``: the eager implementation (also what ``torch.compile`` compiles), on torch tensors
-  already in the cell's dtype and on its device;
-* ``onnx(shape, dtype)``: a single-op ONNX graph (``onnx.helper``) and ``onnx_feeds(inputs, shape, dtype)``;
-  ``onnx_post(outputs, shape)`` maps ORT outputs back to the reference layout.
-
-Shapes come from :mod:`perfsuite.measure.ops.shapes`. Tolerances from :mod:`perfsuite.measure.ops.tolerance`.
+``make_inputs`` gives numpy inputs, float ones already rounded to the cell's dtype (held as float64);
+``reference`` computes from them a :class:`Ref` (float64 output, error magnitude ``mag``, reduction length ``k``,
+extra tolerance of quantized ops); ``torch`` (also what ``torch.compile`` compiles) gets torch tensors already in
+the cell's dtype and on its device; ``onnx`` builds a single-op graph, fed by ``onnx_feeds``, whose outputs
+``onnx_post`` maps back to the reference layout.
 """
 
 from __future__ import annotations
@@ -26,6 +20,7 @@ from perfsuite.measure.ops.tolerance import ToleranceCheck, compare, tolerance
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 ORT_DTYPES = ("float32", "float16")  # numpy (and so ORT's Python feeds) has no bfloat16
+Inputs = Callable[[Shape, str, int], dict[str, np.ndarray]]  # an op's make_inputs(shape, dtype, seed)
 
 
 @dataclass
@@ -40,7 +35,7 @@ class Ref:
 class Op:
     name: str
     doc: str
-    make_inputs: Callable[[Shape, str, int], dict[str, np.ndarray]]
+    make_inputs: Inputs
     reference: Callable[[dict[str, np.ndarray], Shape], Ref]
     torch: Callable[[dict[str, Any], Shape], Any]
     onnx: Callable[[Shape, str], Any] | None = None  # -> onnx.ModelProto
@@ -67,32 +62,32 @@ class Op:
 
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """Round float64 values to ``dtype`` and return them as float64 (the reference sees the rounded inputs)."""
-    if dtype == "float64":
-        return x.astype(np.float64)
-    if dtype in ("float32", "float16"):
+    if dtype != "bfloat16":  # numpy has no bfloat16
         return x.astype(dtype).astype(np.float64)
     import torch
 
     return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16).to(torch.float64).numpy()
 
 
-def rng_for(seed: int) -> np.random.Generator:
-    return np.random.default_rng(seed)
+rng_for = np.random.default_rng
 
 
-def np_softmax(x: np.ndarray) -> np.ndarray:
-    m = np.max(x, axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    e = np.exp(x - m)
-    return e / np.sum(e, axis=-1, keepdims=True)
+def gaussian_x(dims: Callable[[Shape], tuple[int, ...]], scale: float) -> Inputs:
+    """``make_inputs`` of one input ``x``, normal with standard deviation ``scale``."""
+    return lambda s, dtype, seed: {"x": round_to(rng_for(seed).standard_normal(dims(s)) * scale, dtype)}
+
+
+def nnf() -> Any:
+    """``torch.nn.functional``: torch is imported on first use, so the registry loads without it."""
+    import torch
+
+    return torch.nn.functional
 
 
 def _onnx_type(dtype: str) -> int:
     from onnx import TensorProto
 
-    return {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
-            "int64": TensorProto.INT64, "int32": TensorProto.INT32, "int8": TensorProto.INT8,
-            "uint8": TensorProto.UINT8}[dtype]
+    return int(getattr(TensorProto, "FLOAT" if dtype == "float32" else dtype.upper()))
 
 
 def onnx_model(nodes: list[Any], inputs: list[tuple[str, str, list[Any]]], outputs: list[tuple[str, str, list[Any]]],
@@ -116,6 +111,25 @@ def node(op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> A
     from onnx import helper
 
     return helper.make_node(op_type, inputs, outputs, **attrs)
+
+
+def graph(op_type: str, inputs: str, outputs: str, **attrs: Any) -> Callable[[Shape, str], Any]:
+    """An op's ``onnx``: one ``op_type`` node over all ``inputs`` and ``outputs``, written ``name[dims]`` or
+    ``name:type[dims]`` (default type: the cell's dtype; ``[]`` a scalar), e.g. ``graph("MatMul", "x[b,s,k] w[k,n]",
+    "y[b,s,n]")``. A ``domain`` attribute (com.microsoft) adds that opset."""
+    def values(text: str, dtype: str) -> list[tuple[str, str, list[Any]]]:
+        out = []
+        for item in text.split():
+            name, _, dims = item.rstrip("]").partition("[")
+            name, _, typ = name.partition(":")
+            out.append((name, typ or dtype, [int(d) if d.isdigit() else d for d in dims.split(",") if d]))
+        return out
+
+    def build(s: Shape, dtype: str) -> Any:
+        ins, outs = values(inputs, dtype), values(outputs, dtype)
+        return onnx_model([node(op_type, [v[0] for v in ins], [v[0] for v in outs], **attrs)], ins, outs,
+                          ms="domain" in attrs)
+    return build
 
 
 def feed(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -7,27 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.measure.ops.impl.base import Op, Ref, feed, node, onnx_model, plain_feeds, rng_for, round_to
+from perfsuite.measure.ops.impl.base import Op, Ref, feed, gaussian_x, graph, nnf, node, onnx_model, plain_feeds
 from perfsuite.measure.ops.shapes import Shape
 from perfsuite.measure.ops.tolerance import ToleranceCheck, compare
 
 # --------------------------------------------------------------------------------------------- activations
 
-def _act_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
-    r = rng_for(seed)
-    return {"x": round_to(r.standard_normal((s.batch, s.new, s.inter)) * 3, dtype)}
-
-
-def _silu_torch(t: dict[str, Any], s: Shape) -> Any:
-    import torch
-
-    return torch.nn.functional.silu(t["x"])
-
-
-def _gelu_torch(t: dict[str, Any], s: Shape) -> Any:
-    import torch
-
-    return torch.nn.functional.gelu(t["x"])
+_act_inputs = gaussian_x(lambda s: (s.batch, s.new, s.inter), 3)
 
 
 def _silu_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
@@ -49,16 +35,9 @@ def _silu_onnx(s: Shape, dtype: str) -> Any:
                       [("x", dtype, ["b", "s", "h"])], [("y", dtype, ["b", "s", "h"])])
 
 
-def _gelu_onnx(s: Shape, dtype: str) -> Any:
-    return onnx_model([node("Gelu", ["x"], ["y"], domain="com.microsoft")],
-                      [("x", dtype, ["b", "s", "h"])], [("y", dtype, ["b", "s", "h"])], ms=True)
-
-
 # --------------------------------------------------------------------------------------------- argmax / top-k
 
-def _logits_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
-    r = rng_for(seed)
-    return {"x": round_to(r.standard_normal((s.batch, s.vocab)) * 4, dtype)}
+_logits_inputs = gaussian_x(lambda s: (s.batch, s.vocab), 4)
 
 
 def _argmax_compare(op: Op, out: Any, ref: Ref, dtype: str, inputs: dict[str, np.ndarray]) -> ToleranceCheck:
@@ -92,27 +71,18 @@ def _topk_torch(t: dict[str, Any], s: Shape) -> Any:
     return r.values, r.indices
 
 
-def _topk_onnx(s: Shape, dtype: str) -> Any:
-    return onnx_model([node("TopK", ["x", "k"], ["values", "indices"], axis=-1, largest=1, sorted=1)],
-                      [("x", dtype, ["b", "v"]), ("k", "int64", [1])],
-                      [("values", dtype, ["b", "kk"]), ("indices", "int64", ["b", "kk"])])
-
-
 def _topk_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.ndarray]:
     return {"x": feed(i["x"], dtype), "k": np.array([min(s.topk, i["x"].shape[-1])], dtype=np.int64)}
 
 
-def _argmax_onnx(s: Shape, dtype: str) -> Any:
-    return onnx_model([node("ArgMax", ["x"], ["y"], axis=-1, keepdims=0)], [("x", dtype, ["b", "v"])],
-                      [("y", "int64", ["b"])])
-
-
 OPS: tuple[Op, ...] = (
-    Op("silu", "x * sigmoid(x)", _act_inputs, _silu_ref, _silu_torch, _silu_onnx, plain_feeds),
-    Op("gelu", "exact (erf) GELU (ORT com.microsoft Gelu)", _act_inputs, _gelu_ref, _gelu_torch, _gelu_onnx,
-       plain_feeds, c=16.0),
+    Op("silu", "x * sigmoid(x)", _act_inputs, _silu_ref, lambda t, s: nnf().silu(t["x"]), _silu_onnx, plain_feeds),
+    Op("gelu", "exact (erf) GELU (ORT com.microsoft Gelu)", _act_inputs, _gelu_ref, lambda t, s: nnf().gelu(t["x"]),
+       graph("Gelu", "x[b,s,h]", "y[b,s,h]", domain="com.microsoft"), plain_feeds, c=16.0),
     Op("argmax", "greedy token: argmax over the vocab", _logits_inputs, lambda i, s: Ref(i["x"].max(-1)),
-       lambda t, s: t["x"].argmax(-1), _argmax_onnx, plain_feeds, compare=_argmax_compare),
+       lambda t, s: t["x"].argmax(-1), graph("ArgMax", "x[b,v]", "y:int64[b]", axis=-1, keepdims=0), plain_feeds,
+       compare=_argmax_compare),
     Op("topk", "top-k over the vocab (values sorted, indices point at them)", _logits_inputs, _topk_ref,
-       _topk_torch, _topk_onnx, _topk_feeds, onnx_post=lambda outs, s: (outs[0], outs[1]), compare=_topk_compare),
+       _topk_torch, graph("TopK", "x[b,v] k:int64[1]", "values[b,kk] indices:int64[b,kk]", axis=-1, largest=1,
+                          sorted=1), _topk_feeds, onnx_post=lambda outs, s: (outs[0], outs[1]), compare=_topk_compare),
 )

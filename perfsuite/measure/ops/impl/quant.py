@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.measure.ops.impl.base import Op, Ref, feed, node, onnx_model, plain_feeds, rng_for, round_to
+from perfsuite.measure.ops.impl.base import Op, Ref, feed, graph, plain_feeds, rng_for, round_to
 from perfsuite.measure.ops.shapes import Shape
 
 # --------------------------------------------------------------------------------------------- int8 dynamic quant
@@ -49,12 +49,6 @@ def _q8_torch(t: dict[str, Any], s: Shape) -> Any:
     return y.to(x.dtype).reshape(b, n, -1)
 
 
-def _q8_onnx(s: Shape, dtype: str) -> Any:
-    matmul = node("DynamicQuantizeMatMul", ["x", "wq", "scale"], ["y"], domain="com.microsoft")
-    return onnx_model([matmul], [("x", dtype, ["b", "s", "k"]), ("wq", "int8", ["k", "n"]), ("scale", dtype, ["n"])],
-                      [("y", dtype, ["b", "s", "n"])], ms=True)
-
-
 # --------------------------------------------------------------------------------------------- int4 group-wise (AWQ)
 
 def _q4_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
@@ -93,13 +87,10 @@ def _q4_torch(t: dict[str, Any], s: Shape) -> Any:
 
 
 def _q4_onnx(s: Shape, dtype: str) -> Any:
-    matmul = node("MatMulNBits", ["x", "b", "scales", "zp"], ["y"], domain="com.microsoft", K=s.hidden, N=s.inter,
-                  bits=4, block_size=s.group)
     groups = -(-s.hidden // s.group)
-    return onnx_model([matmul], [("x", dtype, ["b", "s", s.hidden]), ("b", "uint8", [s.inter, groups, s.group // 2]),
-                                 ("scales", dtype, [s.inter * groups]),
-                                 ("zp", "uint8", [s.inter * ((groups + 1) // 2)])],
-                      [("y", dtype, ["b", "s", s.inter])], ms=True)
+    return graph("MatMulNBits", f"x[b,s,{s.hidden}] b:uint8[{s.inter},{groups},{s.group // 2}] "
+                 f"scales[{s.inter * groups}] zp:uint8[{s.inter * ((groups + 1) // 2)}]", f"y[b,s,{s.inter}]",
+                 domain="com.microsoft", K=s.hidden, N=s.inter, bits=4, block_size=s.group)(s, dtype)
 
 
 def pack_matmulnbits(q: np.ndarray, zeros: np.ndarray, scales: np.ndarray, g: int
@@ -111,9 +102,8 @@ def pack_matmulnbits(q: np.ndarray, zeros: np.ndarray, scales: np.ndarray, g: in
     pad[:k] = q
     qt = pad.T.reshape(n, groups, g)  # [N, groups, g]
     b = (qt[..., 0::2] | (qt[..., 1::2] << 4)).astype(np.uint8)
-    zt = zeros.T  # [N, groups]
     zpad = np.zeros((n, 2 * ((groups + 1) // 2)), dtype=np.uint8)
-    zpad[:, :groups] = zt
+    zpad[:, :groups] = zeros.T  # [N, groups]
     zp = (zpad[:, 0::2] | (zpad[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
     return b, zp, scales.T.reshape(-1)
 
@@ -125,8 +115,9 @@ def _q4_feeds(i: dict[str, np.ndarray], s: Shape, dtype: str) -> dict[str, np.nd
 
 OPS: tuple[Op, ...] = (
     Op("int8_dynamic_matmul", "W8A8 dynamic: int8 per-column weights, activations quantized at run time "
-       "(torch._int_mm; ORT DynamicQuantizeMatMul)", _q8_inputs, _q8_ref, _q8_torch, _q8_onnx, plain_feeds,
-       int_inputs=frozenset({"wq"}), keep_dtype=frozenset({"scale"}), risky=True),
+       "(torch._int_mm; ORT DynamicQuantizeMatMul)", _q8_inputs, _q8_ref, _q8_torch,
+       graph("DynamicQuantizeMatMul", "x[b,s,k] wq:int8[k,n] scale[n]", "y[b,s,n]", domain="com.microsoft"),
+       plain_feeds, int_inputs=frozenset({"wq"}), keep_dtype=frozenset({"scale"}), risky=True),
     Op("int4_awq_matmul", "AWQ-style uint4 group-wise weights with zero points (torch dequant+matmul; ORT "
        "MatMulNBits)", _q4_inputs, _q4_ref, _q4_torch, _q4_onnx, _q4_feeds,
        onnx_key=lambda s: (s.hidden, s.inter, s.group), int_inputs=frozenset({"q", "zeros"}), risky=True),
