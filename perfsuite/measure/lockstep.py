@@ -1,19 +1,15 @@
 """Lockstep pairs: the two worker processes of an A/B pair alive at the same time, taking turns generation by
-generation, so that the machine's drift falls on both sides of every pair alike.
+generation, so that the machine's drift falls on both sides of every pair alike (docs/gate.md, "Lockstep pairs").
 
-Why: in the VM's slow state one generation's TPOT moves ±15 % and consecutive generations are correlated (lag 1
-+0.63, lag 10 +0.24; benchmarks/lockstep_timescale.py, data in benchmarks/data/lockstep-20261202/). A pair that
-runs A's process, then B's, compares two windows a second apart; one that alternates their generations compares
-the same window. Measured inside one process on the same data, the spread of log(B/A) of 5+5 generations fell from
-0.123 (one block after the other) to 0.083 (alternating).
+Why: consecutive generations' TPOT are correlated (lag 1 +0.63, lag 10 +0.24), so a pair that runs A's process,
+then B's, compares two windows a second apart; alternating their generations compares one. The spread of log(B/A)
+of 5+5 generations fell from 0.123 to 0.083 (docs/gate-evaluation.md; benchmarks/lockstep_timescale.py).
 
-Protocol (a Unix stream socket per side, one byte each way): the worker connects when its job starts; before each
-generation (warm-up ones included) and once after the last it sends ``r`` ("ready" / "done") and waits for one
-byte: ``g`` runs the next generation, ``f`` lets it run freely to its end (no more turns). The coordinator
-(:class:`Conductor`, driven by perfsuite.measure.scheduler.measure_pair) waits until both sides are loaded, then gives the
-turns (the order of each round a coin flip), then ``f`` to both, so neither side's teardown overlaps the other's
-timed generation. A worker whose coordinator is gone, or that never gets a socket, runs freely: this only ever
-orders work, it never changes what is timed. Nothing here times anything.
+Protocol (a Unix stream socket per side, one byte each way): before each generation (warm-up ones included) and
+once after the last, the worker sends ``r`` and waits for ``g`` (run the next generation) or ``f`` (run freely to
+the end). The :class:`Conductor` (driven by perfsuite.measure.scheduler.measure_pair) waits until both sides are
+loaded, gives the turns (each round's order a coin flip), then ``f`` to both, so neither side's teardown overlaps
+the other's timed generation. A worker without a coordinator runs freely: this orders work, it never times it.
 """
 
 from __future__ import annotations
@@ -89,7 +85,6 @@ class Conductor:
         self._dir = Path(tempfile.mkdtemp(prefix="psl-"))  # short: AF_UNIX paths are limited to ~107 bytes
         self._listen: dict[str, socket.socket] = {}
         self._conn: dict[str, socket.socket] = {}
-        self.turns: dict[str, int] = {s: 0 for s in self.sides}
         for s in self.sides:
             ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             ls.bind(str(self._dir / s))
@@ -151,7 +146,6 @@ class Conductor:
         if got != READY:
             self._drop(side)
             raise LockstepError(f"side {side.upper()} stopped taking turns ({why})")
-        self.turns[side] += 1
 
     def run_rounds(self, rounds: dict[str, int], rng: random.Random) -> list[str]:
         """``rounds[side]`` turns each; every round both sides (while they have turns left) in coin-flip order.

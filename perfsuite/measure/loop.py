@@ -21,11 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from perfsuite.facts import metrics, vocabulary
+from perfsuite.facts import metrics
 from perfsuite.facts.cells import Cell
+from perfsuite.facts.vocabulary import TIMED
 from perfsuite.measure.backends.base import Backend, StepResult, has_steps
-
-TIMED = vocabulary.TIMED
 
 
 class TokenCountError(AssertionError):

@@ -1,19 +1,21 @@
-"""The one scheduler. Every way of measuring — the pytest session (perfsuite.orchestrate.plan), ``perfsuite ab`` and the
-in-session confirmation (perfsuite.orchestrate.abloop), ``perfsuite calibrate`` — turns its work into :class:`Job` s and has
-them measured here: one job is one fresh worker process of one tree (perfsuite.measure.worker) that runs the cell's one
-timed generation loop; the scheduler orders the jobs, spawns their processes and collects one
-:class:`~perfsuite.measure.worker.job.ProcessResult` per job. Workers time; nothing here does; the gate reads the results and
-never knows which caller measured them.
+"""The one scheduler. Every way of measuring (the pytest session: perfsuite.orchestrate.plan; ``perfsuite ab`` and
+the in-session confirmation: perfsuite.orchestrate.abloop; ``perfsuite calibrate``) turns its work into
+:class:`Job` s measured here: one job is one fresh worker process of one tree (perfsuite.measure.worker) that runs
+the cell's one timed generation loop; the scheduler orders the jobs, spawns their processes and collects one
+ProcessResult per job. Workers time, nothing here does; the gate reads the results and never knows which caller
+measured them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.facts.cells import Cell
+from perfsuite.measure.lockstep import Conductor, LockstepError
 from perfsuite.measure.worker.job import ProcessResult
 
 
@@ -39,10 +41,8 @@ class Job:
 
 def mode_for(backend: str, workers: int) -> str:
     """How a cell's jobs run: ``inprocess`` (workers = 0: in this process, for debugging), ``fork`` (from the
-    pre-imported zygote) or ``spawn`` (a fresh interpreter: vLLM)."""
-    from perfsuite.measure.worker import pool
-
-    return "inprocess" if workers == 0 else ("fork" if pool.forkable(backend) else "spawn")
+    pre-imported zygote) or ``spawn`` (a fresh interpreter: vLLM starts engine processes and threads of its own)."""
+    return "inprocess" if workers == 0 else ("spawn" if backend.startswith("vllm") else "fork")
 
 
 def measure(workers: Any, job: Job, mode: str | None = None) -> ProcessResult:
@@ -87,37 +87,30 @@ class PairResult:
     rounds: list[str]
 
 
-def measure_pair(pools: dict[str, Any], jobs: dict[str, Job], rng: random.Random, *,
-                 modes: dict[str, str] | None = None) -> PairResult:
+def measure_pair(pools: dict[str, Any], jobs: dict[str, Job], rng: random.Random) -> PairResult:
     """One lockstep pair: ``jobs[side]`` in a fresh worker of ``pools[side]`` each, started in coin-flip order;
-    both load at once, then take turns (perfsuite.measure.lockstep): every round of generations runs both sides, its order a
-    coin flip, so drift over seconds lands on both. (Sequential pairs are two :func:`measure` calls.)"""
+    both load at once, then take turns (perfsuite.measure.lockstep): every round of generations runs both sides, its
+    order a coin flip, so drift over seconds lands on both. (Sequential pairs are two :func:`measure` calls.)"""
     order = list(jobs)
     rng.shuffle(order)
-    from perfsuite.measure.lockstep import Conductor, LockstepError
-
     with Conductor(order) as cond:
         running: dict[str, Any] = {}
         try:
             for s in order:
-                mode = (modes or {}).get(jobs[s].cell.id) or mode_for(jobs[s].cell.backend, 1)
-                running[s] = pools[s].start({**jobs[s].wire(), "lockstep": cond.address(s)}, fork=mode == "fork")
+                fork = mode_for(jobs[s].cell.backend, 1) == "fork"
+                running[s] = pools[s].start({**jobs[s].wire(), "lockstep": cond.address(s)}, fork=fork)
             ready = cond.wait_ready(lambda s: running[s].ended())
-            rounds = {s: jobs[s].warmup + jobs[s].generations for s in ready}
             orders: list[str] = []
             if len(ready) == len(order):  # else a side ended before its first generation: its result says why
-                try:
-                    orders = cond.run_rounds(rounds, rng)
-                except LockstepError:  # a side died mid-run: the others run freely to their end; its result
-                    pass  # (or its process status) says what happened
+                # a side that dies mid-run: the others run freely to their end; its result (or status) says why
+                with contextlib.suppress(LockstepError):
+                    orders = cond.run_rounds({s: jobs[s].warmup + jobs[s].generations for s in ready}, rng)
             cond.release()
             return PairResult({s: running[s].finish() for s in order}, order[0], orders)
         except BaseException:
             for r in running.values():
                 r.kill()
             for r in running.values():
-                try:
+                with contextlib.suppress(Exception):
                     r.finish()
-                except Exception:
-                    pass
             raise

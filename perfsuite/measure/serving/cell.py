@@ -94,9 +94,8 @@ def parse(t: Mapping[str, Any], where: str) -> ServingConfig:
     pts = [point_from(p, f"{where} points[{i}]") for i, p in enumerate(t.get("points", []))]
     cells = tuple(ServeCell(m, dtype, pc, p) for m in models for pc in pcs for p in pts)
     v = {k: checked(f"{where} {k}", t.get(k, getattr(ServingConfig, k)), spec) for k, spec in _FIELDS.items()}
-    starts, frac = v["server_starts"], float(v["max_failed_fraction"])
-    return ServingConfig(cells, starts, parse_goodput(t["goodput"]) if "goodput" in t else {}, frac,
-                         float(v["start_timeout_s"]), v["kv_cache_space_gib"])
+    return ServingConfig(cells, v["server_starts"], parse_goodput(t["goodput"]) if "goodput" in t else {},
+                         float(v["max_failed_fraction"]), float(v["start_timeout_s"]), v["kv_cache_space_gib"])
 
 
 @contextlib.contextmanager
@@ -146,7 +145,6 @@ def measure(cells: Sequence[ServeCell], conf: ServingConfig, cache_dir: Path | N
             say: Callable[[str], None] | None = None) -> dict[str, CellRuns]:
     """Every start of every server, each running its points in a random order. A failed start or a server that
     dies fails that server's cells (with the log's tail); a point over the failure threshold fails its cell."""
-
     say = say or (lambda _: None)
     rng = random.Random(seed)
     out = {c.id: CellRuns(c) for c in cells}

@@ -23,8 +23,9 @@ class Request:
 
 
 def as_text(req: Request) -> Request:
-    """The same prompt as words of the offline tokenizer (perfsuite.measure.serving.tokenizer), which the server tokenizes back
-    into the same ids: what ``vllm bench serve`` sends (text), so its tokenization is inside TTFT on both clients."""
+    """The same prompt as words of the offline tokenizer (perfsuite.measure.serving.tokenizer), which the server
+    tokenizes back into the same ids: what ``vllm bench serve`` sends (text), so its tokenization is inside TTFT on
+    both clients."""
     return req if isinstance(req.prompt, str) else Request(text_of(req.prompt), req.prompt_len, req.output_len)
 
 
@@ -77,7 +78,8 @@ def sharegpt_requests(path: Path, n: int, seed: int = 0, max_len: int = 2048,
                       fixed_output_len: int | None = None) -> list[Request]:
     """Like vLLM's ShareGPT sampling: first human turn as the prompt, the answer's length as the output length;
     conversations with fewer than 2 turns, a prompt or answer under 4 tokens (the answer's unless the output length
-    is fixed), or prompt+answer over ``max_len`` are left out. Lengths count whitespace words (exact for the word tokenizer; an estimate for others)."""
+    is fixed), or prompt+answer over ``max_len`` are left out. Lengths count whitespace words (exact for the word
+    tokenizer; an estimate for others)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:

@@ -1,11 +1,11 @@
-"""Load: seeded arrival schedules and an async streaming client (aiohttp) for OpenAI-compatible ``/v1/completions``.
+"""Load: seeded arrival schedules and an async streaming client (aiohttp) for OpenAI-compatible ``/v1/completions``
+(docs/serving.md, "Load").
 
-Open loop: requests are sent at scheduled times (Poisson at a rate, constant rate, or gamma intervals with a
-burstiness shape, as ``vllm bench serve --request-rate R --burstiness B`` draws them), optionally capped at
-``max_concurrency`` requests in flight. Closed loop: ``concurrency`` users, each sending its next request when its
-last one finished. Every record keeps its scheduled, slot and send times: the *queue wait* (scheduled until a
-concurrency slot is free: part of the load, not of the client) and the *dispatch delay* (slot until the request is
-handed to the HTTP client: the client's own lateness). vLLM's client does not count either; we report both.
+Open loop: requests sent at scheduled times (Poisson, constant or gamma intervals, as ``vllm bench serve
+--request-rate R --burstiness B`` draws them), optionally capped at ``max_concurrency`` in flight. Closed loop:
+``concurrency`` users, each sending its next request when its last one finished. Every record keeps its scheduled,
+slot and send times: the *queue wait* (part of the load) and the *dispatch delay* (the client's own lateness),
+which vLLM's client does not count.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ class LoadSpec:
     def slug(self) -> str:
         if self.mode == "closed":
             return f"closed-c{self.concurrency}"
-        s = f"{self.mode}-r{self.rate:g}" + (f"-b{self.burstiness:g}" if self.mode == "gamma" else "")  # :g writes "inf"
-        return s + (f"-c{self.max_concurrency}" if self.max_concurrency else "")
+        burst = f"-b{self.burstiness:g}" if self.mode == "gamma" else ""
+        return f"{self.mode}-r{self.rate:g}{burst}" + (f"-c{self.max_concurrency}" if self.max_concurrency else "")
 
 
 _SPEC = re.compile(r"^(poisson|constant|gamma|closed):([0-9.]+|inf)(?::([0-9.]+))?(?:@(\d+))?$")
@@ -83,13 +83,11 @@ def parse_load(text: str, **kw: Any) -> LoadSpec:
 
 def schedule(spec: LoadSpec, n: int | None = None) -> np.ndarray:
     """Send offsets in seconds from the start of the timed phase, drawn as ``vllm bench serve`` draws them, so that
-    one ``seed`` is one arrival schedule in both clients: intervals from numpy's legacy ``RandomState(seed)``
-    (MT19937, which ``np.random.seed(args.seed)`` seeds in vllm/benchmarks/serve.py), gamma(shape=b,
-    scale=1/(rate*b)) (b = 1: exponential, i.e. Poisson), cumulated, then scaled so that the last request goes out
-    at n/rate (the throughput of one seed does not wander 1-2 % with the draw). Pinned against the draws of vLLM
-    0.32's client in tests/serve/test_serve_load.py. Until 2026-12-05 the draw was ``default_rng(seed)``: another
-    schedule for the same seed, so runs of the two clients "with the same seed" overlapped their requests
-    differently (:data:`ARRIVALS` keeps such runs out of one comparison)."""
+    one ``seed`` is one arrival schedule in both clients: numpy's legacy ``RandomState(seed)`` (as
+    ``np.random.seed`` in vllm/benchmarks/serve.py), gamma(shape=b, scale=1/(rate*b)) intervals (b = 1: Poisson),
+    cumulated and scaled so that the last request goes out at n/rate (one seed's throughput does not wander 1-2 %).
+    Pinned against vLLM 0.32's draws in tests/serve/test_serve_load.py. Until 2026-12-05 the draw was
+    ``default_rng(seed)``, another schedule: :data:`ARRIVALS` keeps such runs out of one comparison."""
     n = spec.num_requests if n is None else n
     if spec.mode == "closed" or math.isinf(spec.rate):
         return np.zeros(n)
@@ -206,9 +204,8 @@ async def _run(url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, wa
                on_timed_start: Callable[[], None] | None) -> LoadResult:
     import aiohttp
 
-    conn = aiohttp.TCPConnector(limit=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout, trust_env=False) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=False),
+                                     timeout=aiohttp.ClientTimeout(total=timeout_s), trust_env=False) as session:
         for i in range(0, len(warm), 4):  # warm-up, excluded: connections, server-side caches of the first shapes
             await asyncio.gather(*(send(session, url, payload(r, model), Record(-1, r.prompt_len, r.output_len), 0.0)
                                    for r in warm[i:i + 4]))
@@ -218,8 +215,7 @@ async def _run(url: str, model: str, reqs: Sequence[Request], spec: LoadSpec, wa
 
         async def watch() -> None:
             while not stop.is_set():
-                reason = abort() if abort else None
-                if reason:
+                if abort and (reason := abort()):
                     why.append(reason)
                     stop.set()
                     return

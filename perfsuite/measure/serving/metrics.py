@@ -1,15 +1,8 @@
-"""Serving metrics as ``vllm bench serve`` defines and names them (vllm/benchmarks/serve.py, calculate_metrics):
-
-* TTFT: send until the first chunk with a choice; E2EL: send until the last such chunk.
-* TPOT per request: ``(e2el - ttft) / (output_tokens - 1)``, only for requests with more than one output token
-  (the first token is excluded); for goodput a one-token request has TPOT 0.
-* ITL: every gap between consecutive chunks, pooled over requests (per chunk, not per token).
-* output tokens: the server's ``usage.completion_tokens`` (the chunk count where a server sends no usage).
-* throughputs divide by the duration of the timed phase; ``request_goodput`` counts completed requests meeting
-  every SLO of ``--goodput ttft:MS tpot:MS e2el:MS``.
-* percentiles: numpy's linear interpolation; ``median`` is the 50th.
-
-Beyond vLLM's: the client's own cost (dispatch delay, queue wait, CPU share) and the failure counts.
+"""Serving metrics as ``vllm bench serve`` defines and names them (vllm/benchmarks/serve.py, calculate_metrics;
+docs/serving.md, "Metrics"): TTFT and E2EL from the send to the first and last chunk with a choice; TPOT per request
+``(e2el - ttft) / (output_tokens - 1)`` for requests of more than one output token (0 for goodput); ITL per chunk,
+pooled; output tokens from the server's usage (else the chunk count); throughputs over the timed phase; numpy's
+linear percentiles. Beyond vLLM's: the client's own cost (dispatch delay, queue wait, CPU share) and the failures.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ class Point:
     prefix_len: int = 0  # shared-prefix: tokens of the common prefix (input_len is the suffix)
     prefix_groups: int = 4
     sharegpt_path: str | None = None  # default: generated into the cache
-    sweep: tuple[float, ...] = ()  # rising rates above load.rate: the cell sweeps to saturation (perfsuite.measure.serving.sweep)
+    sweep: tuple[float, ...] = ()  # rising rates above load.rate: the cell sweeps to saturation (serving.sweep)
     prompt: str = "ids"  # "ids": token-id prompts; "text": the same tokens as words, tokenized by the server (as
     #                      vllm bench serve's random dataset sends them)
 

@@ -1,10 +1,8 @@
 """Cross-check against the server's own Prometheus ``/metrics``: the change of vLLM's latency histograms over one
-load point (a snapshot before, one after), its mean (sum/count: exact) and its median (interpolated inside the
-bucket that holds it: as fine as the buckets are), beside the client's figures.
-
-Why they differ (docs/serving.md): the server's TTFT starts when the engine front end receives the request and
-stops when the first token leaves the output processor; the client's also has HTTP, JSON and the loopback both ways.
-Warm-up requests are outside both (the "before" snapshot is taken after them)."""
+load point (snapshots before and after, both after the warm-up), its mean (sum/count: exact) and median
+(interpolated inside its bucket), beside the client's figures. Why they differ: docs/serving.md (the server's TTFT
+runs from its front end to its output processor; the client's adds HTTP, JSON and the loopback both ways).
+"""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """One replicate of a serving cell, measured from a given tree and interpreter: what ``perfsuite ab`` needs for
 serving cells, where a replicate is a server start (docs/serving.md).
 
-The coordinator runs ``python -m perfsuite.measure.serving.replicate measure ARGS_JSON`` with the side's interpreter in the
-side's tree (``PYTHONPATH`` = that tree, as its worker processes): the side's own perfsuite starts its own vLLM
-server for the cell (a fresh start: port, KV cache, threads), runs the cell's point once (its sweep too), checks
-the server's ``/metrics`` against the client, stops the server with its children and prints one JSON line. The
-coordinator turns it into a :class:`perfsuite.measure.worker.job.ProcessResult`, so the A/B loop treats a start as it
-treats a worker process. ``list`` prints the side's serving cells for a profile, as ``perfsuite.measure.worker plan`` does
-for the engine cells.
+The coordinator runs ``python -m perfsuite.measure.serving.replicate measure ARGS_JSON`` with the side's interpreter
+in the side's tree (``PYTHONPATH`` = that tree, as its worker processes): the side's own perfsuite starts its own
+vLLM server for the cell (a fresh start: port, KV cache, threads), runs the cell's point once (its sweep too),
+checks the server's ``/metrics`` against the client, stops the server with its children and prints one JSON line.
+The coordinator turns it into a ProcessResult, so the A/B loop treats a start as a worker process. ``list`` prints
+the side's serving cells for a profile, as ``perfsuite.measure.worker plan`` does for the engine cells.
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ def _measure(args: Mapping[str, Any]) -> dict[str, Any]:
     r = runs[cells[0].id]
     if r.error or not r.replicates:
         return {"error": r.error or "no server start measured it"}
-    problem = sc.prometheus_problem(r)
-    if problem:
+    if problem := sc.prometheus_problem(r):
         return {"error": problem}
     rep = r.replicates[0]
     res = {k: v for k, v in rep.result.items() if k != "records"}
@@ -87,18 +85,15 @@ def main(argv: list[str]) -> int:
 
 # ------------------------------------------------------------------------------------------------ coordinator
 def _call(side: Any, what: str, args: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-    from perfsuite.machine.external import run_tool
-    from perfsuite.measure.worker.pool import SideError
+    from perfsuite.measure.worker.pool import SideError, last_json, last_line
 
-    name = f"side {side.label}" if side.label else "serving replicate"
-    proc = run_tool([side.python, "-m", side.module("perfsuite.measure.serving.replicate"), what, json.dumps(dict(args))], timeout_s,
-                    cwd=side.tree, env=side.environ())
-    try:
-        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
-    except (ValueError, IndexError):
-        tail = proc.problem or (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SideError(f"{name}: {side.python} cannot {what} serving cells from {side.tree} ({tail}; a tree "
-                        "from before perfsuite.measure.serving.replicate has no serving A/B)") from None
+    proc = side.run("perfsuite.measure.serving.replicate", what, json.dumps(dict(args)), timeout_s=timeout_s)
+    out = last_json(proc)
+    if out is None:
+        raise SideError(f"{side.who('serving replicate')}: {side.python} cannot {what} serving cells from "
+                        f"{side.tree} ({last_line(proc)}; a tree from before perfsuite.measure.serving.replicate has "
+                        "no serving A/B)")
+    return out
 
 
 def cells(side: Any, plan_args: Mapping[str, Any], timeout_s: float = 300) -> list[dict[str, Any]]:
@@ -124,8 +119,7 @@ def measure(side: Any, cell: Mapping[str, Any], profile: str, index: int, label:
     out = _call(side, "measure", {"profile": profile, "cell": cell["id"], "index": index}, timeout_s)
     wall = time.monotonic() - t0
     if "error" in out:
-        return ProcessResult(index=index, pid=0, label=label, metrics={}, backend_info={}, load_s=0.0, wall_s=wall,
-                             perfsuite_file="", error=str(out["error"]).splitlines()[0], detail=str(out["error"]))
+        return ProcessResult.failed(index, 0, label, str(out["error"]).splitlines()[0], str(out["error"]), wall)
     res = out["result"]
     samples = {f"{m}_ms": list(res["samples"].get(f"{m}_ms", [])) for m in LATENCIES}
     tokens = int(res["metrics"].get("total_output_tokens", 0))

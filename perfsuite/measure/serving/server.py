@@ -9,6 +9,7 @@ vLLM's server is started through its Python entry point (``python -m vllm.entryp
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,14 +67,11 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _child_setup(cpus: Sequence[int] | None) -> Callable[[], None]:
-    def setup() -> None:  # pragma: no cover - runs in the child between fork and exec
-        _die_with_parent()
-        if cpus:
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(0, cpus)  # the whole server: its API process and every child it starts
-
-    return setup
+def _child_setup(cpus: Sequence[int] | None) -> None:  # pragma: no cover - runs in the child between fork and exec
+    _die_with_parent()
+    if cpus:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cpus)  # the whole server: its API process and every child it starts
 
 
 def server_cpus(cpus: Sequence[int] | None = None) -> list[int] | None:
@@ -89,14 +87,12 @@ class Server:
     """One server process (and its children). ``with Server(argv, ...) as s:`` starts it and always stops it."""
 
     def __init__(self, argv: Sequence[str], *, port: int, log_path: Path, env: Mapping[str, str] | None = None,
-                 health_path: str = "/health", start_timeout_s: float = 600.0, name: str = "server",
-                 cpus: Sequence[int] | None = None) -> None:
+                 start_timeout_s: float = 600.0, name: str = "server", cpus: Sequence[int] | None = None) -> None:
         self.argv = list(argv)
         self.cpus = list(cpus) if cpus else None  # CPU affinity of the server's process tree (None: inherited)
         self.port = port
         self.log_path = Path(log_path)
         self.env = dict(env) if env is not None else None
-        self.health_path = health_path
         self.start_timeout_s = start_timeout_s
         self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
@@ -121,7 +117,8 @@ class Server:
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.env, start_new_session=True, preexec_fn=_child_setup(self.cpus))
+                                         env=self.env, start_new_session=True,
+                                         preexec_fn=functools.partial(_child_setup, self.cpus))
         try:
             self._wait_healthy(t0)
         except BaseException:  # a failed start, a timeout or Ctrl-C while waiting: nothing stays behind
@@ -131,16 +128,14 @@ class Server:
         return self
 
     def _wait_healthy(self, t0: float) -> None:
-        url = self.base_url + self.health_path
+        url = self.base_url + "/health"
         while True:
             self._remember_children()
             self.check()
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 status, _ = http_get(url, timeout_s=2.0)
                 if status == 200 and self._owns_port():
                     return
-            except (OSError, ValueError):
-                pass
             if time.monotonic() - t0 > self.start_timeout_s:
                 raise ServerError(f"{self.name} did not become healthy at {url} within {self.start_timeout_s:.0f} "
                                   f"s; last lines of {self.log_path}:\n{tail(self.log_path)}")
@@ -230,18 +225,13 @@ class Server:
         self.stop()
 
 
-def vllm_argv(model_dir: Path, *, served_name: str, port: int, dtype: str = "float32", max_model_len: int = 2048,
-              prefix_caching: bool = True, max_num_seqs: int | None = None, enforce_eager: bool = True,
-              extra: Sequence[str] = ()) -> list[str]:
-    """``enforce_eager``: no graph compilation at start (the default of perfsuite's vLLM cells on the CPU)."""
-    argv = [sys.executable, "-m", VLLM_ENTRY, "--model", str(model_dir), "--served-model-name", served_name,
-            "--host", HOST, "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len),
-            "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching", "--seed", "0"]
-    if enforce_eager:
-        argv.append("--enforce-eager")
-    if max_num_seqs:
-        argv += ["--max-num-seqs", str(max_num_seqs)]
-    return argv + list(extra)
+def vllm_argv(model_dir: Path, *, served_name: str, port: int, dtype: str = "float32",
+              prefix_caching: bool = True) -> list[str]:
+    """``--enforce-eager``: no graph compilation at start (the default of perfsuite's vLLM cells on the CPU)."""
+    return [sys.executable, "-m", VLLM_ENTRY, "--model", str(model_dir), "--served-model-name", served_name,
+            "--host", HOST, "--port", str(port), "--dtype", dtype, "--max-model-len", "2048",
+            "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching", "--seed", "0",
+            "--enforce-eager"]
 
 
 def vllm_env(kv_cache_space_gib: int = 1, cpus: Sequence[int] | None = None) -> dict[str, str]:
@@ -255,10 +245,9 @@ def vllm_env(kv_cache_space_gib: int = 1, cpus: Sequence[int] | None = None) -> 
     server's speed is then that of one core fewer; a machine with one core keeps vLLM's default. The server's whole
     process tree gets the same cores (``Server(cpus=server_cpus())``): with only the engine bound, the API server
     process still ran beside the client and one stall set p99 at 13.9 ms in a run of 64 requests."""
-    env = dict(os.environ)
-    env.update({"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_space_gib), "VLLM_NO_USAGE_STATS": "1",
-                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"})
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_space_gib), "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     bind = server_cpus(cpus)  # None where the user binds vLLM's threads
     if bind:
         from perfsuite.measure.backends.vllm_engine_args import cpu_bind_plan

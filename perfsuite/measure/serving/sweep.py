@@ -1,15 +1,18 @@
 """A rate sweep to saturation: open-loop points at rising rates until the server stops keeping up, with the knee.
 
 Stop rules, checked after each point: failed requests over the threshold; the SLO broke (goodput under
-``slo_fraction`` of the throughput); the achieved request throughput fell under ``keep_up`` of the offered rate; or it
-rose by less than ``min_gain`` over the previous point. The knee is the last point before the stop that passed
+``SLO_FRACTION`` of the throughput); the achieved request throughput fell under ``KEEP_UP`` of the offered rate; or it
+rose by less than ``MIN_GAIN`` over the previous point. The knee is the last point before the stop that passed
 every rule (None when the first point already failed one): the highest load the server sustains.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
+
+KEEP_UP, MIN_GAIN, SLO_FRACTION = 0.9, 0.05, 0.9
 
 
 def parse_rates(text: str) -> list[float]:
@@ -22,19 +25,18 @@ def parse_rates(text: str) -> list[float]:
     return rates
 
 
-def saturated(m: Mapping[str, Any], rate: float, prev: Mapping[str, Any] | None, *, keep_up: float = 0.9,
-              min_gain: float = 0.05, slo_fraction: float = 0.9) -> str | None:
+def saturated(m: Mapping[str, Any], rate: float, prev: Mapping[str, Any] | None) -> str | None:
     thr = float(m["request_throughput"])
-    if "request_goodput" in m and m["request_goodput"] < slo_fraction * thr:
+    if "request_goodput" in m and m["request_goodput"] < SLO_FRACTION * thr:
         return f"SLO broke: goodput {m['request_goodput']:.2f} of {thr:.2f} req/s"
-    if thr < keep_up * rate:
+    if thr < KEEP_UP * rate:
         return f"throughput {thr:.2f} req/s fell behind the offered {rate:g} req/s"
-    if prev is not None and thr < (1 + min_gain) * float(prev["request_throughput"]):
+    if prev is not None and thr < (1 + MIN_GAIN) * float(prev["request_throughput"]):
         return f"throughput no longer rises ({float(prev['request_throughput']):.2f} -> {thr:.2f} req/s)"
     return None
 
 
-def sweep(run: Callable[[float], dict[str, Any]], rates: Sequence[float], **rules: float) -> dict[str, Any]:
+def sweep(run: Callable[[float], dict[str, Any]], rates: Sequence[float]) -> dict[str, Any]:
     """``run(rate)`` runs one point (a :func:`perfsuite.measure.serving.point.run_point` result)."""
     points: list[dict[str, Any]] = []
     knee: dict[str, Any] | None = None
@@ -42,8 +44,7 @@ def sweep(run: Callable[[float], dict[str, Any]], rates: Sequence[float], **rule
     for rate in rates:
         r = run(rate)
         points.append(r)
-        prev = points[-2]["metrics"] if len(points) > 1 else None
-        why = r["failure"] or saturated(r["metrics"], rate, prev, **rules)
+        why = r["failure"] or saturated(r["metrics"], rate, points[-2]["metrics"] if len(points) > 1 else None)
         if why:
             stopped = f"at {rate:g} req/s: {why}"
             break
@@ -54,22 +55,14 @@ def sweep(run: Callable[[float], dict[str, Any]], rates: Sequence[float], **rule
                      if knee else None), "points": points}
 
 
-def sweep_cell_point(run: Callable[[Any], dict[str, Any]], point: Any, **rules: float) -> dict[str, Any]:
+def sweep_cell_point(run: Callable[[Any], dict[str, Any]], point: Any) -> dict[str, Any]:
     """A serving cell's sweep point (``sweep = [rates]`` in its table): the point's own load first, then each sweep
     rate until saturation. Returns the first point's result (what the cell's tests record and the gate compares:
     a fixed load, the same every run) with ``sweep``: the rates, where it stopped, the knee and every point's
     metrics (records dropped: the fixed point keeps its own). The first point failing fails the cell; a later one
     failing is saturation."""
-    from dataclasses import replace
-
-    rates = [point.load.rate, *point.sweep]
-    first: list[dict[str, Any]] = []
-
-    def one(rate: float) -> dict[str, Any]:
-        r = run(replace(point, load=replace(point.load, rate=rate), sweep=()))
-        first.append(r)
-        return r
-
-    sw = sweep(one, rates, **rules)
+    sw = sweep(lambda rate: run(replace(point, load=replace(point.load, rate=rate), sweep=())),
+               [point.load.rate, *point.sweep])
+    first = sw["points"][0]
     sw["points"] = [{k: p[k] for k in ("point", "metrics", "failure")} for p in sw["points"]]
-    return {**first[0], "sweep": sw}
+    return {**first, "sweep": sw}

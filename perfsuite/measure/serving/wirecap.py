@@ -3,12 +3,10 @@ the first byte of its request to the first byte of its first SSE event with a ch
 last segment holding an event with a choice (the decode span: TPOT = span / (output tokens - 1)), with the kernel's
 packet timestamps.
 
-Neither client's own work is in it (building the request before it is sent, parsing the stream after it arrives), so
-it is the reference both clients' TTFT can be held against (benchmarks/serve_agreement.py ``--wire``). It needs
-``CAP_NET_RAW`` (root); :func:`available` says why not where it is missing. The capture runs in its own process with
-its own socket, ends with the block (also on an error or Ctrl-C) and reads only TCP segments of one port.
-
-Parsing is pure and unit-tested on frames built by hand (:func:`tcp_payload`, :class:`Streams`)."""
+Neither client's own work is in it, so it is the reference both clients' TTFT can be held against
+(benchmarks/serve_agreement.py ``--wire``). It needs ``CAP_NET_RAW`` (root; :func:`available`). The capture runs in
+its own process with its own socket, ends with the block (also on an error or Ctrl-C) and reads one port's TCP.
+"""
 
 from __future__ import annotations
 
@@ -154,8 +152,9 @@ def capture(port: int, start_timeout_s: float = 30.0) -> Iterator[Capture]:
     """Capture the block's requests to ``port`` on ``lo``; the yielded :class:`Capture` is filled when it ends.
     The capture process is its own session (Ctrl-C reaches the caller, whose ``finally`` ends it) and also ends by
     itself when this process dies (its stdin closes)."""
-    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.measure.serving.wirecap", str(port)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.measure.serving.wirecap", str(port)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     cap = Capture(port)
     try:

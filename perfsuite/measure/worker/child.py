@@ -35,7 +35,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:600]}"
 
 
-def _measure(job: dict[str, Any], workdir: Path, gate: Any = None) -> dict[str, Any]:
+def _measure(job: dict[str, Any], workdir: Path, gate: Any) -> dict[str, Any]:
     if job.get("kind") == "peaks":  # the run-start roofline references, measured in a worker like everything else
         from perfsuite.machine.roofline import peaks
 
@@ -68,32 +68,25 @@ def _measure(job: dict[str, Any], workdir: Path, gate: Any = None) -> dict[str, 
     t0 = time.perf_counter()
     backend.load()
     load_s = time.perf_counter() - t0
-    out: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
     try:
-        wanted = []
-        for metric in job["metrics"]:
-            why = backend.metric_unavailable(metric)
-            if why:  # e.g. vllm-llm times whole generate() calls: it has no honest TTFT/TPOT
-                skipped[metric] = why
-            else:
-                wanted.append(metric)
+        # e.g. vllm-llm times whole generate() calls: it has no honest TTFT/TPOT
+        skipped = {m: why for m in job["metrics"] if (why := backend.metric_unavailable(m))}
+        wanted = [m for m in job["metrics"] if m not in skipped]
         # one timed generation loop yields every wanted test's rounds (device memory: every process on the device,
         # vLLM's workers too; nothing on the CPU)
         backend.reset_peak_memory()
         sampler = devicemem.DeviceMemorySampler(cell.device, devicemem.default_indices(cell.tensor_parallel_size)) \
             if cell.device != "cpu" and wanted else None
-        with sampler if sampler is not None else contextlib.nullcontext():
+        with sampler or contextlib.nullcontext():
             measured = measure.measure_generations(backend, prompts, sc.new_tokens, gens, warm, wanted,
-                                                   turn=gate.turn if gate is not None else None) if wanted else {}
+                                                   turn=gate.turn) if wanted else {}
         memory = backend.memory_stats().as_dict()
         if sampler is not None:
             memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
-        for metric, m in measured.items():
-            prof = _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job) if job.get("cprofile") \
-                else None
-            out[metric] = {"rounds_s": m.rounds_s, "samples": m.samples, "generated_tokens": m.generated_tokens,
-                           "first_tokens": [s[:8] for s in m.tokens], "memory": memory, "cprofile_path": prof}
+        out = {metric: {"rounds_s": m.rounds_s, "samples": m.samples, "generated_tokens": m.generated_tokens,
+                        "first_tokens": [s[:8] for s in m.tokens], "memory": memory,
+                        "cprofile_path": _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job)
+                        if job.get("cprofile") else None} for metric, m in measured.items()}
         info = backend.info()
     finally:
         backend.close()

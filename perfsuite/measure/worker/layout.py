@@ -1,16 +1,11 @@
 """A fixed address-space layout for the zygotes of an A/B (Linux ``personality(ADDR_NO_RANDOMIZE)``, what
 ``setarch -R`` does).
 
-Every worker of one side is forked from that side's one zygote and inherits its layout, which ASLR draws once per
-zygote. CPython's speed depends on where objects sit (its type-attribute cache is indexed by the attribute name's
-address, among others), so two zygotes of identical code can differ by a fixed amount for a whole run, and an A/A
-``ab`` reads that offset as a difference that more pairs only make more significant. With the layout fixed, two
-zygotes of one tree start from the same addresses. The personality is set in the child between fork and exec, so
-it covers the zygote, its forked workers and spawned workers alike, in whichever tree they run; this process keeps
-its own.
-
-LLVM's benchmarking guide recommends the same for its benchmarks (disable address-space randomization); a fixed
-layout is one draw, not an average over layouts, which docs/gate.md discusses.
+Every worker of a side inherits its zygote's layout, which ASLR draws once per zygote; CPython's speed depends on
+where objects sit (its type-attribute cache is indexed by the attribute name's address), so two zygotes of identical
+code can differ by a fixed amount for a whole run (docs/gate.md). Set in the child between fork and exec, the
+personality covers the zygote and its forked and spawned workers; this process keeps its own. LLVM's benchmarking
+guide recommends the same; a fixed layout is one draw, not an average over layouts.
 """
 
 from __future__ import annotations
@@ -42,7 +37,7 @@ _FN = _personality()
 
 def supported() -> bool:
     """Whether this kernel lets a process drop ASLR for what it executes (seccomp may refuse personality)."""
-    return _FN is not None and _FN(_QUERY) != -1
+    return not why_not()
 
 
 def why_not() -> str:

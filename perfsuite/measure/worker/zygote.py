@@ -1,16 +1,11 @@
-"""The coordinator's handle on one zygote: a pre-imported interpreter (``python -m perfsuite.measure.worker serve``) that
-forks a fresh worker per job.
+"""The coordinator's handle on one zygote: a pre-imported interpreter (``python -m perfsuite.measure.worker
+serve``) that forks a fresh worker per job.
 
-A zygote may serve **both sides of an A/B** (:func:`shared`). Every worker forked from one zygote shares its draws:
-address-space layout, hash seed, the physical pages of what it imported. With one zygote per side, two zygotes of
-identical code therefore differ by a fixed amount for the whole run, and an A/A comparison reads that offset as a
-difference that more pairs only make more significant (docs/gate-evaluation.md, campaign 8: var(z) = 8.3 over 12
-A/A trials). Forked from one zygote, an A worker and a B worker of identical code are exchangeable, which is what
-the coin-flip order's symmetry argument needs. Such a zygote preloads third-party modules only; each child drops
-the zygote's own ``perfsuite`` modules and imports its side's tree (``"tree"`` in the request,
-perfsuite.measure.worker.__main__), so it still runs its side's code.
-
-Replies are demultiplexed by pid: a shared zygote runs the two workers of a lockstep pair at once.
+A zygote may serve both sides of an A/B (perfsuite.measure.worker.pool.pair_pools): every worker forked from one
+zygote shares its draws (layout, hash seed, the pages of what it imported), so with one zygote per side identical
+code differs by a fixed offset for the whole run (docs/gate.md, "One zygote for both sides"). Such a zygote
+preloads third-party modules only; each child imports its side's tree (``"tree"`` in the request). Replies are told
+apart by pid: a shared zygote runs the two workers of a lockstep pair at once.
 """
 
 from __future__ import annotations
@@ -54,7 +49,6 @@ def tail(path: Path, n: int = 3000) -> str:
 class Zygote:
     def __init__(self, side: Side, workdir: Path, preload: tuple[str, ...], shared: bool = False) -> None:
         self.side = side
-        self.workdir = workdir
         self.preload = preload
         self.shared = shared  # serves several trees: requests name the child's tree
         self.log = workdir / f"zygote{side.label}.log"
@@ -68,7 +62,7 @@ class Zygote:
 
     def start(self) -> None:
         log = open(self.log, "a")
-        self.proc = subprocess.Popen([self.side.python, "-m", self.side.module("perfsuite.measure.worker"), "serve"], cwd=self.side.tree,
+        self.proc = subprocess.Popen(self.side.argv("perfsuite.measure.worker", "serve"), cwd=self.side.tree,
                                      env=self.side.environ(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=log, text=True, bufsize=1, start_new_session=True,
                                      preexec_fn=layout.preexec(self.side.fixed_layout))
@@ -120,14 +114,17 @@ class Zygote:
         if self.shared:
             req["tree"] = str(tree)
         self.send(req)
-        while True:
-            msg = self.recv(timeout_s=120)
-            if msg is not None and msg.get("event") == "exited":  # another child's end, awaited elsewhere
-                self._exited[int(msg["pid"])] = int(msg.get("status", -9))
-                continue
-            if not msg or msg.get("event") != "started":
-                raise ZygoteError(f"worker zygote of {self.side.tree} did not start a child: {msg}")
-            return int(msg["pid"])
+        while self._note_exit(msg := self.recv(timeout_s=120)):  # another child's end, awaited elsewhere
+            pass
+        if not msg or msg.get("event") != "started":
+            raise ZygoteError(f"worker zygote of {self.side.tree} did not start a child: {msg}")
+        return int(msg["pid"])
+
+    def _note_exit(self, msg: dict[str, Any] | None) -> bool:
+        if msg is None or msg.get("event") != "exited":
+            return False
+        self._exited[int(msg["pid"])] = int(msg.get("status", -9))
+        return True
 
     def exit_status(self, pid: int, timeout_s: float) -> int | None:
         """The exit status of child ``pid`` once it ended, or None if it did not within ``timeout_s``."""
@@ -136,8 +133,7 @@ class Zygote:
             msg = self.recv(timeout_s=max(deadline - time.monotonic(), 0.0))
             if msg is None:
                 return None
-            if msg.get("event") == "exited":
-                self._exited[int(msg["pid"])] = int(msg.get("status", -9))
+            self._note_exit(msg)
         return self._exited.pop(pid)
 
     def close(self) -> None:
@@ -146,15 +142,16 @@ class Zygote:
             return
         try:
             if z.poll() is None:
-                _say_goodbye(z)
+                assert z.stdin is not None
+                with contextlib.suppress(OSError, ValueError):
+                    z.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                    z.stdin.close()
                 z.wait(timeout=10)
-        except (subprocess.TimeoutExpired, OSError):
+        except BaseException as exc:  # it did not go, or Ctrl-C while it says goodbye
             killpg(z.pid)
             z.wait()
-        except BaseException:  # Ctrl-C while it says goodbye
-            killpg(z.pid)
-            z.wait()
-            raise
+            if not isinstance(exc, (subprocess.TimeoutExpired, OSError)):
+                raise
         finally:
             if self._sel is not None:
                 self._sel.close()
@@ -163,13 +160,6 @@ class Zygote:
                 if stream is not None:
                     with contextlib.suppress(OSError):
                         stream.close()
-
-
-def _say_goodbye(z: subprocess.Popen[str]) -> None:
-    assert z.stdin is not None
-    with contextlib.suppress(OSError, ValueError):
-        z.stdin.write(json.dumps({"op": "exit"}) + "\n")
-        z.stdin.close()
 
 
 def killpg(pid: int) -> None:
