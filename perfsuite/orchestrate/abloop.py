@@ -1,14 +1,11 @@
-"""The randomized-pair loop of a two-tree A/B, shared by ``perfsuite ab`` and the in-session confirmation of a
-stored-baseline regression (perfsuite.orchestrate.confirm).
+"""The randomized-pair loop of a two-tree A/B, shared by ``perfsuite ab`` and the in-session confirmation
+(perfsuite.orchestrate.confirm); docs/gate.md, "perfsuite ab".
 
-Each pair measures one cell once on A and once on B in fresh worker processes of each side's own tree: in lockstep
-(both alive, taking turns generation by generation, each round's order a coin flip: perfsuite.measure.lockstep) when both
-trees support it, else one after the other in coin-flip order; every gated (cell, metric) is a :class:`Member`
-whose confidence sequence gets ``log(B / A)`` of the pair.
-Pairs are added until the caller's ``decide`` settles every member (or ``stop`` says so) or the wall-time budget is
-spent. The budget rule (in :func:`run_pairs`, which is given the clock, so tests drive it with fake pair
-durations): a pair is started only if the slowest of the recent pairs would still fit, so the budget is overrun by
-less than one pair however the pair durations change (the mean of past pairs overran 2 min by 51 s when the
+Each pair measures one cell once on A and once on B in fresh worker processes of each side's own tree (lockstep:
+perfsuite.measure.lockstep, else one after the other in coin-flip order); every gated (cell, metric) is a
+:class:`Member` whose confidence sequence gets ``log(B / A)`` of the pair. The budget rule (:func:`run_pairs`, given
+the clock so that tests drive it with fake durations): a pair starts only if the slowest of the recent pairs would
+still fit, so the budget is overrun by less than one pair (the mean of past pairs overran 2 min by 51 s when the
 machine slowed down mid-run).
 """
 
@@ -19,13 +16,16 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from perfsuite.facts import vocabulary
+from perfsuite.facts.cells import cell_from_dict
 from perfsuite.facts.errors import UsageError
-
-if TYPE_CHECKING:
-    from perfsuite.verdict.sequential import ConfidenceSequence
+from perfsuite.measure import lockstep, scheduler
+from perfsuite.verdict import sequential, stats
+from perfsuite.verdict.estimate import sign
+from perfsuite.verdict.policy import _LAT
+from perfsuite.verdict.values import MEASURED_ALIKE
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Member:
     sample_key: str  # tpot_ms ...
     sign: float  # +1 when larger is worse
     alpha: float  # its Bonferroni share of the family's alpha
-    cs: ConfidenceSequence  # at level ``alpha``
+    cs: sequential.ConfidenceSequence  # at level ``alpha``
     kind: str = "open"
     note: str = ""
     threshold: float | None = None  # the policy's relative threshold (the confirmation decides against it)
@@ -54,30 +54,26 @@ def test_name(cell: Mapping[str, Any], metric: str) -> str:
     return f"test_{metric}{under_load}[{cell['id']}]"
 
 
-def samples_of(metric: str) -> set[str]:
-    return {"ttft": {"ttft"}, "tpot": {"tpot", "itl"}, "e2el": {"ttft", "tpot", "itl", "e2el"}}[metric]
+# The samples a worker measuring each metric records (a policy on another sample does not apply to it).
+SAMPLES_OF = {"ttft": {"ttft"}, "tpot": {"tpot", "itl"}, "e2el": {"ttft", "tpot", "itl", "e2el"}}
 
 
 def members(cells: Sequence[dict[str, Any]], config: Any, alpha: float,
             select: Callable[[str, str, str], bool] | None = None) -> list[Member]:
     """The statistical latency policies of ``cells`` (``select(cell_id, test_metric, metric)`` narrows them), each
     with a Bonferroni share of ``alpha``: valid for any stopping rule."""
-    from perfsuite.verdict.policy import _LAT
-    from perfsuite.verdict.sequential import ConfidenceSequence
-
     found: list[tuple[Any, ...]] = []
     for c in cells:
         for m in vocabulary.TIMED:
             for pol in config.policies_for(c["id"], test_name(c, m)):
                 lat = _LAT.match(pol.metric)
-                if pol.exact or not lat or lat.group(2) not in samples_of(m):
-                    continue
-                if select is None or select(c["id"], m, pol.metric):
+                if not pol.exact and lat and lat.group(2) in SAMPLES_OF[m] and (
+                        select is None or select(c["id"], m, pol.metric)):
                     found.append((c, m, pol, lat))
     per = alpha / max(len(found), 1)
-    return [Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms",
-                   -1.0 if pol.direction == "higher_is_better" else 1.0, per, ConfidenceSequence(per),
-                   threshold=pol.threshold, test=test_name(c, m)) for c, m, pol, lat in found]
+    return [Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms", sign(pol), per,
+                   sequential.ConfidenceSequence(per), threshold=pol.threshold, test=test_name(c, m))
+            for c, m, pol, lat in found]
 
 
 @dataclass
@@ -99,8 +95,7 @@ VALUE_BLIND_STOPS = frozenset({"budget", "max-pairs"})
 
 
 class PairsInterrupted(KeyboardInterrupt):
-    """Ctrl-C inside :func:`run_pairs`: still a KeyboardInterrupt (callers that clean up keep doing so), carrying
-    the whole pairs measured before it (``run.stopped == "interrupted"``) so that ``ab`` can write them."""
+    """Ctrl-C inside :func:`run_pairs` (still a KeyboardInterrupt), carrying the whole pairs measured before it."""
 
     def __init__(self, run: PairRun) -> None:
         super().__init__("interrupted")
@@ -108,7 +103,7 @@ class PairsInterrupted(KeyboardInterrupt):
 
 
 def same_cells(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cells two sides' plans (perfsuite.measure.worker.pool.plan) both select, refused (UsageError) unless they select
+    """The cells two sides' plans (measure.worker.pool.plan) both select, refused (UsageError) unless they select
     the same ones, measure them with the same generations and warm-up and with the same backend options."""
     ca = {c["id"]: c for c in a["cells"]}
     cb = {c["id"]: c for c in b["cells"]}
@@ -118,9 +113,7 @@ def same_cells(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         only_a, only_b = sorted(set(ca) - set(cb)), sorted(set(cb) - set(ca))
         raise UsageError(f"the sides select different cells (only A: {', '.join(only_a) or '-'}; only B: "
                          f"{', '.join(only_b) or '-'}); use --cells to pick the common ones")
-    from perfsuite.verdict.values import MEASURED_ALIKE  # the gate's own list: what "measured alike" means
-
-    for key in MEASURED_ALIKE:
+    for key in MEASURED_ALIKE:  # the gate's own list: what "measured alike" means
         if key in a or key in b:  # a plan-level key (generations, warm-up)
             if a.get(key) != b.get(key):
                 raise UsageError(f"the sides measure differently: {key} {a.get(key)} (A) vs {b.get(key)} (B) in "
@@ -135,9 +128,7 @@ def same_cells(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def pairing(asked: str, facts: dict[str, dict[str, Any]]) -> tuple[bool, str]:
-    """Whether pairs run in lockstep, and the line that says so (a tree from before perfsuite.measure.lockstep cannot)."""
-    from perfsuite.measure import lockstep
-
+    """Whether pairs run in lockstep, and the line that says so (a tree from before lockstep pairs cannot)."""
     if asked == "sequential":
         return False, "pairs: sequential (--pairs sequential): one worker after the other"
     old = [s.upper() for s in ("a", "b") if not lockstep.supported(facts.get(s) or {})]
@@ -153,15 +144,10 @@ def measure_side(pl: Any, cell: dict[str, Any], plan: dict[str, Any], n: int, s:
         from perfsuite.measure.serving.replicate import measure_or_fail
 
         return measure_or_fail(pl.side, cell, plan["profile"], n, s.upper())
-    from perfsuite.measure import scheduler
-
     return _checked(scheduler.measure(pl, _job(cell, plan, n, s, metrics)), s, n, cell["id"])
 
 
 def _job(cell: dict[str, Any], plan: dict[str, Any], n: int, s: str, metrics: Sequence[str]) -> Any:
-    from perfsuite.measure import scheduler
-    from perfsuite.measure.worker.job import cell_from_dict
-
     return scheduler.Job(cell_from_dict(cell), tuple(metrics), plan["generations"], plan["warmup_generations"],
                          index=n, label=s.upper())
 
@@ -176,19 +162,11 @@ def _checked(pr: Any, s: str, n: int, cell_id: str) -> Any:
 
 def measure_lockstep(pools: dict[str, Any], cell: dict[str, Any], plans: dict[str, dict[str, Any]], n: int,
                      metrics: Sequence[str], rng: random.Random) -> tuple[list[str], dict[str, Any], list[str]]:
-    """One lockstep pair of ``cell`` (perfsuite.measure.scheduler.measure_pair): (start order, results, round orders)."""
-    from perfsuite.measure import scheduler
-
+    """One lockstep pair of ``cell`` (scheduler.measure_pair): (start order, results, round orders)."""
     jobs = {s: _job(cell, plans[s], n, s, metrics) for s in ("a", "b")}
     pr = scheduler.measure_pair(pools, jobs, rng)
     got = {s: _checked(pr.results[s], s, n, cell["id"]) for s in ("a", "b")}
     return [pr.first, "b" if pr.first == "a" else "a"], got, pr.rounds
-
-
-def value(pr: Any, mem: Member) -> float:
-    from perfsuite.verdict.stats import statistic
-
-    return statistic(pr.metrics[mem.test_metric].samples[mem.sample_key], mem.stat)
 
 
 def record_pair(n: int, cell: dict[str, Any], order: list[str], got: dict[str, Any], mems: list[Member]
@@ -196,16 +174,13 @@ def record_pair(n: int, cell: dict[str, Any], order: list[str], got: dict[str, A
     rec: dict[str, Any] = {"pair": n, "cell": cell["id"], "order": "".join(o.upper() for o in order),
                            "pid": {s.upper(): got[s].pid for s in got},
                            "perfsuite_file": {s.upper(): got[s].perfsuite_file for s in got}, "values": {}}
-    for m in mems:
-        if m.cell_id != cell["id"]:
-            continue
-        a, b = value(got["a"], m), value(got["b"], m)
+    for m in [m for m in mems if m.cell_id == cell["id"]]:
+        a, b = (stats.statistic(got[s].metrics[m.test_metric].samples[m.sample_key], m.stat) for s in ("a", "b"))
         m.a_values.append(a)
         m.b_values.append(b)
         m.cs.update(m.sign * math.log(b / a))
         rec["values"][f"{m.test_metric}:{m.metric}"] = {"A": a, "B": b}
-    tok_a = {k: v.generated_tokens for k, v in got["a"].metrics.items()}
-    tok_b = {k: v.generated_tokens for k, v in got["b"].metrics.items()}
+    tok_a, tok_b = ({k: v.generated_tokens for k, v in got[s].metrics.items()} for s in ("a", "b"))
     rec["generated_tokens_equal"] = tok_a == tok_b
     rec["first_tokens_equal"] = all(got["a"].metrics[k].first_tokens == got["b"].metrics[k].first_tokens
                                     for k in got["a"].metrics)
@@ -225,10 +200,9 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
               clock: Callable[[], float] = time.monotonic, measure: Measure = measure_side,
               lockstep: bool = False) -> PairRun:
     """Rounds of one pair per cell (cells in random order) until ``stop(members)`` names a reason, ``max_pairs``
-    rounds are done, or the next pair would not fit the budget. ``decide(member)`` gives
-    ``(kind, note)`` after every round ("open" while undecided). ``metrics``: what each cell's workers measure
-    (default all). ``lockstep``: both sides' workers of a pair alive together, taking turns generation by
-    generation (perfsuite.measure.lockstep; both trees must support it); otherwise one after the other via ``measure``."""
+    rounds are done, or the next pair would not fit the budget. ``decide(member)`` gives ``(kind, note)`` after
+    every round ("open" while undecided). ``metrics``: what each cell's workers measure (default all).
+    ``lockstep``: pairs in lockstep (both trees must support it); otherwise one after the other via ``measure``."""
     pairs: list[dict[str, Any]] = []
     walls: list[float] = []
     t0 = clock()
@@ -257,8 +231,7 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
                 m.kind, m.note = decide(m)
             if progress is not None:
                 progress(n, clock() - t0)
-            reason = "budget" if out_of_budget else stop(mems)
-            if reason:
+            if reason := ("budget" if out_of_budget else stop(mems)):
                 stopped = reason
                 break
     except KeyboardInterrupt:  # the pairs done so far stand; a pair cut in half is not one
@@ -266,10 +239,9 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
             m.kind, m.note = decide(m)
         raise PairsInterrupted(PairRun(pairs, "interrupted", clock() - t0, walls)) from None
     if stopped in VALUE_BLIND_STOPS:  # the pair count did not depend on the values: spend the fixed-n share
-        for m in mems:
-            if m.cs.n:
-                m.cs.close()
-                m.kind, m.note = decide(m)
+        for m in [m for m in mems if m.cs.n]:
+            m.cs.close()
+            m.kind, m.note = decide(m)
     return PairRun(pairs, stopped, clock() - t0, walls)
 
 
@@ -289,13 +261,11 @@ def progress_line(n: int, elapsed: float, budget: float, mems: list[Member]) -> 
 
 def row(m: Member, tau: float, eps: float, pair_s: float, power: float) -> dict[str, Any]:
     """The verdict row of one member; an undecided one gets the MDE reached and the pairs that would settle it."""
-    from perfsuite.verdict import sequential
-
     lo, hi = m.cs.interval()
     kind = "inconclusive" if m.kind == "open" else m.kind
     change = math.expm1(m.sign * m.cs.estimate()) if m.cs.n else None
-    row: dict[str, Any] = {"cell": m.cell_id, "test": m.test or f"test_{m.test_metric}[{m.cell_id}]", "metric": m.metric,
-                           "verdict": kind, "kind": kind, "change": change,
+    row: dict[str, Any] = {"cell": m.cell_id, "test": m.test or f"test_{m.test_metric}[{m.cell_id}]",
+                           "metric": m.metric, "verdict": kind, "kind": kind, "change": change,
                            "ratio": None if change is None else 1 + change,
                            "ci_low": math.expm1(lo), "ci_high": math.expm1(hi), "pairs": m.cs.n, "alpha": m.alpha,
                            "note": m.note, "a_values": m.a_values, "b_values": m.b_values,

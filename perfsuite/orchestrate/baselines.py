@@ -8,12 +8,16 @@ as ``runner_class_recorded``, in memory only); :func:`legacy_folder` finds this 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from perfsuite.facts.runner_name import validate
+from perfsuite.machine.runner_class import recorded_class
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^(\d{4})_.*\.json$")
@@ -61,8 +65,6 @@ def read_run(path: Path, runner_class: str | None = None, role: str = "baseline"
     if meta["schema_version"] > SCHEMA_VERSION:
         raise BaselineError(f"{path}: schema_version {meta['schema_version']} is newer than this perfsuite "
                             f"({SCHEMA_VERSION}); upgrade perfsuite or re-record with --perf-update-baselines")
-    from perfsuite.machine.runner_class import recorded_class
-
     current = recorded_class(data["machine_info"])
     if current != meta.get("runner_class"):  # recorded before classes carried the tier: read under today's name
         meta["runner_class_recorded"], meta["runner_class"] = meta.get("runner_class"), current
@@ -86,8 +88,6 @@ def read_runs(directory: Path, runner_class: str | None = None, last: int | None
 def compared_runs(runs: list[dict[str, Any]], compare: str, runner_class: str) -> tuple[list[dict[str, Any]], str]:
     """The stored runs ``--benchmark-compare=NNNN`` names, as pytest-benchmark finds them (``NNNN*.json`` in the
     class folder), and the note saying so; BaselineError when it names none or names a file elsewhere."""
-    import fnmatch
-
     flag = f"--benchmark-compare={compare}"
     if "/" in compare or Path(compare).is_file():
         raise BaselineError(f"{flag}: the gate compares with the stored runs of {runner_class} only; pass a run "
@@ -106,8 +106,6 @@ def compared_runs(runs: list[dict[str, Any]], compare: str, runner_class: str) -
 def class_dir(baselines_dir: Path, runner_class: str) -> Path:
     """``baselines_dir/<runner_class>``, refused (BaselineError) unless the class is a valid runner class and the
     folder, symlinks resolved, lies inside ``baselines_dir``: a class never names a path."""
-    from perfsuite.facts.runner_name import validate
-
     try:
         validate(runner_class)
     except ValueError as exc:
@@ -135,12 +133,9 @@ def _umask() -> int:
 
 
 def write_run(directory: Path, data: dict[str, Any], tag: str, *, baselines_dir: Path | None = None) -> Path:
-    """Add one run file atomically; never overwrites. Returns the new path.
-
-    With ``baselines_dir``, ``directory`` must be one runner class folder inside it (see :func:`class_dir`).
-    The file gets the mode a committed baseline has (0666 less the umask: 0644 under the usual 022), not mkstemp's
-    0600.
-    """
+    """Add one run file atomically, never overwriting; the new path. With ``baselines_dir``, ``directory`` must be
+    one runner class folder inside it (:func:`class_dir`). The file gets the mode a committed baseline has (0666
+    less the umask: 0644 under the usual 022), not mkstemp's 0600."""
     if baselines_dir is not None:
         rel = Path(directory).relative_to(baselines_dir) if Path(directory).is_relative_to(baselines_dir) else None
         if rel is None or len(rel.parts) != 1:

@@ -1,22 +1,24 @@
-"""From collected perf tests to measured cells: plan the session's measurement and have worker processes do it.
-
-Path: the session-scoped ``perf_measurements`` fixture (perfsuite.plugin -> perfsuite.adapters.pytest.hooks.measure)
-calls :func:`measure_plan` once: every selected cell in ``worker_processes`` fresh worker processes each
-(perfsuite.measure.worker), in a random interleaved order, each process running one timed generation loop for all of
-its cell's selected tests (perfsuite.measure.loop). Each test then records its cell's :class:`CellResult`
-(perfsuite.adapters.pytest.record).
+"""From collected perf tests to measured cells. The session fixture (perfsuite.adapters.pytest.hooks.measure) calls
+:func:`measure_plan` once: every selected cell in ``worker_processes`` fresh worker processes each, in a random
+interleaved order, each running one timed generation loop for all of its cell's selected tests
+(perfsuite.measure.loop); each test then records its cell's :class:`CellResult` (perfsuite.adapters.pytest.record).
 """
 
 from __future__ import annotations
 
 import random
 import statistics
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfsuite.facts import model_identity
 from perfsuite.facts.cells import Cell, cell_of
 from perfsuite.facts.vocabulary import TIMED as METRICS
+from perfsuite.measure import scheduler
+from perfsuite.measure.worker import child, pool
 from perfsuite.measure.worker.job import ProcessResult
 
 if TYPE_CHECKING:
@@ -61,8 +63,6 @@ def plan_from_items(items: Sequence[pytest.Item]) -> Plan:
 
 def measured_by(session: PerfSession, cell: Cell, workers: int, mode: str) -> dict[str, Any]:
     """Everything about *how* a value was measured that must match before two runs are compared."""
-    from perfsuite.facts import model_identity
-
     p = session.settings.profile
     return {"profile": p.name, "generations": p.generations, "warmup_generations": p.warmup_generations,
             "worker_processes": workers, "mode": mode, "options_hash": cell.options_hash,
@@ -80,14 +80,9 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
                  progress: Progress | None = None, seed: int | None = None) -> dict[str, CellResult]:
     """Every job of the plan, through the one scheduler (perfsuite.measure.scheduler). ``once``: pytest-benchmark is
     disabled -> one process, one generation per cell, to show the workload runs (nothing is timed)."""
-    from perfsuite.measure import scheduler
-    from perfsuite.measure.worker import pool
-
     settings = session.settings
-    rng = random.Random(seed)
     cache = str(settings.config.cache_dir) if settings.config.cache_dir else None
-    gens = 1 if once else settings.profile.generations
-    warm = 0 if once else settings.profile.warmup_generations
+    gens, warm = (1, 0) if once else (settings.profile.generations, settings.profile.warmup_generations)
     results: dict[str, CellResult] = {}
     jobs: list[scheduler.Job] = []
     modes: dict[str, str] = {}
@@ -97,10 +92,6 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
         results[cell.id] = CellResult(cell, measured_by=measured_by(session, cell, w, modes[cell.id]))
         jobs += [scheduler.Job(cell, plan.metrics[cell.id], gens, warm, index=i, cache_dir=cache,
                                cprofile=cprofile and i == 0) for i in range(max(w, 1))]
-
-    def failed(job: scheduler.Job) -> bool:  # a cell whose worker skipped or failed is not measured further
-        res = results[job.cell.id]
-        return bool(res.skip or res.error)
 
     def collect(n: int, total: int, job: scheduler.Job, pr: ProcessResult) -> None:
         res = results[job.cell.id]
@@ -114,11 +105,9 @@ def measure_plan(session: PerfSession, plan: Plan, *, once: bool = False, cprofi
         if progress:
             progress(n, total, job.cell.id, pr)
 
-    workers = pool.Pool(pool.this_side(), preload=pool.preload_modules({c.backend for c in plan.cells}))
-    try:
-        scheduler.run(workers, jobs, rng, modes=modes, skip=failed, progress=collect)
-    finally:
-        workers.close()
+    with pool.Pool(pool.this_side(), preload=pool.preload_modules({c.backend for c in plan.cells})) as workers:
+        scheduler.run(workers, jobs, random.Random(seed), modes=modes, progress=collect,
+                      skip=lambda job: bool(results[job.cell.id].skip or results[job.cell.id].error))
     for res in results.values():
         res.processes.sort(key=lambda p: p.index)
     return results
@@ -141,16 +130,10 @@ def _profiles(pr: ProcessResult) -> dict[str, Any]:
 def measure_peaks(session: PerfSession, plan: Plan) -> dict[str, Any] | None:
     """Copy bandwidth and matmul peak of the device, measured once when the run starts (in a worker, like every
     other number): the references of each cell's roofline efficiency. None when it could not be measured."""
-    from perfsuite.measure.worker import child, pool
-
     cell = plan.cells[0]
     job = {"kind": "peaks", "device": cell.device, "dtype": cell.dtype, "index": 0, "label": "peaks"}
     if session.settings.workers_for(cell.backend) == 0:
-        import tempfile
-        from pathlib import Path
-
-        raw = child.run_job(job, Path(tempfile.gettempdir()))
-        info = raw.get("backend_info") or {}
+        info = child.run_job(job, Path(tempfile.gettempdir())).get("backend_info") or {}
     else:
         with pool.Pool(pool.this_side(), preload=pool.preload_modules({cell.backend})) as workers:
             pr = workers.measure(job, fork=True, timeout_s=300, keep_failed=False)
@@ -162,7 +145,6 @@ def measure_peaks(session: PerfSession, plan: Plan) -> dict[str, Any] | None:
     return dict(peaks) if isinstance(peaks, dict) else None
 
 
-# ------------------------------------------------------------------------------------------- one perf test
 def process_entry(p: ProcessResult, metric: str) -> dict[str, Any]:
     m = p.metrics[metric]
     return {"index": p.index, "pid": p.pid, "load_s": round(p.load_s, 4), "wall_s": round(p.wall_s, 4),

@@ -1,6 +1,6 @@
 """Baseline acceptance at the end of a recording run (``--perf-update-baselines``): a run is stored only if the
 whole session passed, it measured something, and the gate's own outlier test does not say the machine was
-disturbed; the write is atomic (perfsuite.orchestrate.baselines.write_run). A refused or failed write says what it kept.
+disturbed; the write is atomic (baselines.write_run). A refused or failed write says what it kept.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from perfsuite.orchestrate.session import PerfSession
 
 def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool, tag: str) -> bool:
     """Store this run's JSON (``ps.baseline_json``) as a baseline run named with pytest-benchmark's ``tag``, or note
-    why not. False when the session must
-    fail (a refusal by the outlier test, a write that failed after measuring)."""
+    why not. False when the session must fail (a refusal by the outlier test, a write that failed after measuring)."""
     tmp = ps.baseline_json
     assert tmp is not None
     keep = False
@@ -27,8 +26,7 @@ def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool, tag: s
         if not data.get("benchmarks"):
             ps.notes.append("perfsuite: no benchmark ran; no baseline written")
             return True
-        refusal = outlier(ps, data)
-        if refusal:
+        if refusal := outlier(ps, data):
             ps.notes.append(refusal)
             return False
         try:
@@ -50,10 +48,8 @@ def _slower_and_noisy(v: Any) -> bool:
     """Inconclusive only because the new run is noisy inside, while its estimate is worse than the threshold: a
     run whose processes stalled (seen: 4 of 10 at 30-550x the others beside a co-runner) is too noisy to fail the
     test, and exactly the run that must not become a baseline."""
-    if v.kind != "inconclusive" or v.ratio is None:
-        return False
-    worse = v.ratio - 1 if v.direction == "lower_is_better" else 1 / v.ratio - 1
-    return worse > v.threshold
+    return v.kind == "inconclusive" and v.ratio is not None and (
+        v.ratio - 1 if v.direction == "lower_is_better" else 1 / v.ratio - 1) > v.threshold
 
 
 def outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:

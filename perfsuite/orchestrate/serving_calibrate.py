@@ -14,18 +14,18 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.facts import config as cfg
 from perfsuite.facts.errors import UsageError
 from perfsuite.facts.vocabulary import LATENCIES
+from perfsuite.measure.serving import cell as sc
+from perfsuite.measure.serving.replicate import select as pick
+from perfsuite.verdict.noise import decompose, format_report
 
 _FLOOR_MS = 1e-6  # a TPOT/ITL of 0 (tokens flushed in one read) on the log scale
 
 
 def select(profile: str, plan_args: dict[str, Any], root: Path) -> tuple[Any, list[Any]]:
     """The profile's serving table and the cells calibrate's filters pick (none for the default ``--cells *``)."""
-    from perfsuite.facts import config as cfg
-    from perfsuite.measure.serving import cell as sc
-    from perfsuite.measure.serving.replicate import select as pick
-
     try:
         conf = sc.load(cfg.find_pyproject(root), profile)
     except ValueError as exc:
@@ -38,8 +38,6 @@ def measure(cells: Sequence[Any], conf: Any, runs: int, starts: int, gap_s: floa
             measure_fn: Callable[..., dict[str, Any]] | None = None) -> tuple[dict[str, Any], float]:
     """values[cell][metric][run] = [(median of the start, the start's per-request values)], and the mean wall
     time of one start (its health wait and its points)."""
-    from perfsuite.measure.serving import cell as sc
-
     run_all = measure_fn or sc.measure
     values: dict[str, Any] = {c.id: {m: [[] for _ in range(runs)] for m in LATENCIES} for c in cells}
     walls: list[float] = []
@@ -63,18 +61,12 @@ def measure(cells: Sequence[Any], conf: Any, runs: int, starts: int, gap_s: floa
 
 
 def report(values: dict[str, Any], config: Any, starts: int, start_wall_s: float, gate_starts: int) -> dict[str, Any]:
-    from perfsuite.verdict.noise import decompose
-
     rep = decompose({c: {m: v for m, v in per.items() if all(v)} for c, per in values.items()}, config, starts,
                     start_wall_s, gate_workers=gate_starts)
-    rep["replicate"] = "server start"
-    rep["gate_server_starts"] = gate_starts
-    return rep
+    return {**rep, "replicate": "server start", "gate_server_starts": gate_starts}
 
 
 def format_lines(rep: dict[str, Any]) -> list[str]:
-    from perfsuite.verdict.noise import format_report
-
     return [f"serving cells: a replicate is a server start ('process' reads 'start'; {rep['workers']} starts per "
             f"run, {rep['process_wall_s']:.1f} s per start); gate MDE for server_starts = {rep['gate_server_starts']}"
             " per run; ab pairs are pairs of starts", *format_report(rep)]

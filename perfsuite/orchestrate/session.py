@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.facts.config import Settings
+from perfsuite.orchestrate import baselines
 from perfsuite.verdict.outcome import GateIncomparable, GateInconclusive, GateOutcome
 
 if TYPE_CHECKING:  # the plugin imports this module: nothing heavy at run time
@@ -27,7 +28,7 @@ class PerfSession:
     notes: list[str] = field(default_factory=list)
     fail_on_inconclusive: bool = False
     lock: SuiteLock | None = None  # held exclusively while recording a baseline
-    sigterm: object | None = None  # the SIGTERM handler before this session turned SIGTERM into Ctrl-C (perfsuite.machine.signals)
+    sigterm: object | None = None  # the SIGTERM handler before this session turned SIGTERM into Ctrl-C
     load: dict[str, Any] | None = None  # the load check before measuring (machine_info.perfsuite.preflight)
     peaks: dict[str, Any] | None = None  # bandwidth / FLOP/s measured at run start (roofline)
     confirm: Confirmation | None = None  # when comparing
@@ -38,15 +39,12 @@ class PerfSession:
 
     @property
     def baseline_dir(self) -> Path:
-        from perfsuite.orchestrate import baselines
-
         return baselines.class_dir(self.settings.config.baselines_dir, self.runner_class)
 
     def gate_check(self, nodeid: str, extra_info: dict[str, Any], stats: dict[str, Any]) -> GateOutcome:
-        """What the gate makes of the calling test: a failure when it finds a significant regression beyond its
-        threshold; an inconclusive verdict is a warning (with the A/B that would settle it), or a failure when
-        asked. ``extra_info`` and ``stats`` are the test's as recorded; the pytest adapter raises the outcome in the
-        test (perfsuite.adapters.pytest.hooks.enforce)."""
+        """What the gate makes of the calling test (its ``extra_info`` and ``stats`` as recorded): a failure for a
+        significant regression beyond its threshold; an inconclusive verdict is a warning (with the A/B that would
+        settle it), or a failure when asked. The pytest adapter raises the outcome in the test."""
         if self.gate is None:
             return GateOutcome()
         if self.confirm is not None and self.confirm.foreign:
@@ -63,5 +61,3 @@ class PerfSession:
         if unsure and self.fail_on_inconclusive:
             return GateOutcome(failure=unsure + "\n  (failing because of --perf-fail-on-inconclusive)", warnings=said)
         return GateOutcome(warnings=said + ([GateInconclusive(unsure)] if unsure else []))
-
-

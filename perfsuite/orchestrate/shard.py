@@ -1,14 +1,10 @@
 """Spread a matrix of cells over several runners: a pure selection, and the pytest ``-k`` expression for it.
 
-``select(cell_ids, index, count)`` returns shard ``index`` of ``count`` (both 1-based: shard 1 of 3 ... 3 of 3).
-The ids are de-duplicated and sorted, then dealt round-robin: every shard gets ``len // count`` or one more cell,
-the answer does not depend on the order the ids came in, and since ids start with the backend, each backend's
-cells (vLLM's slow engine starts, torch.compile's compiles) are spread over the shards instead of piling onto
-one. Adding a cell may move others to another shard; their series do not care (history is keyed by runner
-class, not by machine).
-
-``k_expression(ids)`` -> ``"[id1] or [id2]"``: pytest's ``-k`` matches the bracketed parameter id exactly, so
-``[torch-tiny-llama-float32-b1-p64-n32]`` does not also select ``...-n320``.
+The ids are de-duplicated, sorted and dealt round-robin: every shard gets ``len // count`` or one more cell,
+whatever the order the ids came in, and since ids start with the backend, each backend's slow cells (vLLM's engine
+starts, torch.compile) are spread over the shards. Adding a cell may move others to another shard; their series do
+not care (history is keyed by runner class, not by machine). pytest's ``-k`` matches the bracketed parameter id
+exactly, so ``[torch-tiny-llama-float32-b1-p64-n32]`` does not also select ``...-n320``.
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ def _check(index: int, count: int) -> None:
 def select(cell_ids: Iterable[str], index: int, count: int) -> list[str]:
     """The cell ids of shard ``index`` of ``count`` (1-based), sorted."""
     _check(index, count)
-    ids = sorted(set(cell_ids))
-    return ids[index - 1::count]
+    return sorted(set(cell_ids))[index - 1::count]
 
 
 def k_expression(cell_ids: Iterable[str]) -> str:

@@ -1,33 +1,15 @@
 """Change points in a history series: E-divisive means with a permutation test (Matteson & James, 2014).
 
-The method, in plain words. For a split of a segment into a left part X (m points) and a right part Y (k points)
-the energy statistic compares distances between the parts with distances inside them::
-
-    E = 2/(m k) * sum |X_i - Y_j|**a  -  mean over pairs |X_i - X_l|**a  -  mean over pairs |Y_j - Y_l|**a
-    Q = m k / (m + k) * E
-
-``Q`` is large where the two sides differ in *distribution* (a = 1: any difference, not only in the mean; no
-normality is assumed). The best split of a segment is the one with the largest ``Q``. Whether it is real is
-decided by a permutation test: the points of every current segment are shuffled in place, the best ``Q`` over
-all segments recomputed, R times; the p-value is ``(1 + #{Q_perm >= Q}) / (R + 1)``. Under "no change" (the
-points of a segment are exchangeable: iid, whatever the tails) this p-value is exact, so the false-alarm rate of
-one test is at most ``max_pvalue``. An accepted split divides its segment and the search repeats on all
-segments (hierarchical, "divisive"); it stops at the first split that is not significant.
-
-Choices (and why):
+docs/history.md gives the method (the energy statistic Q of a split, the permutation test, the recursion). Choices:
 
 * Like MongoDB's signal-processing-algorithms and Hunter/Apache Otava, the right end of Y is the end of the
   segment (M&J also search that end; with recursion on the parts the extra search buys little and costs O(n^3)).
   Every split is O(n^2) from one distance matrix with prefix sums.
-* Latencies are positive and their noise is multiplicative: positive series are analysed on the log scale, so a
-  5 % step is one shift everywhere in the history.
+* Positive series (latencies: multiplicative noise) are analysed on the log scale: a 5 % step is one shift.
 * ``min_size`` points on each side (default 3): a change needs 3 nightlies after it to be flagged, and a
-  single odd night can never be a segment of its own. A series needs ``2 * min_size`` points.
-* The permutations are seeded from the data, so the same history always gives the same answer (a nightly
-  alert must not flicker), and stop early once the test cannot reach ``max_pvalue`` (Besag & Clifford's
-  sequential Monte Carlo p-value: identical decision, a fraction of the work on quiet series).
-
-Pure numpy; no I/O. ``perfsuite.orchestrate.history`` feeds it series and names the commits.
+  single odd night can never be a segment of its own.
+* Permutations seeded from the data (a nightly alert must not flicker), stopped once the test cannot reach
+  ``max_pvalue`` (Besag & Clifford's sequential Monte Carlo p-value: the same decision, less work).
 """
 
 from __future__ import annotations
@@ -76,18 +58,14 @@ def _best_split(z: np.ndarray, min_size: int, a: float) -> tuple[int, float]:
     n = z.size
     if n < 2 * min_size:
         return -1, -math.inf
-    d = np.abs(z[:, None] - z[None, :])
-    if a != 1.0:
-        d = d**a
+    d = np.abs(z[:, None] - z[None, :]) ** a
     lower = np.tril(d, -1).sum(axis=1)  # sum_{j<i} d[i, j]
     rows = d.sum(axis=1)
     xx = 2.0 * np.concatenate(([0.0], np.cumsum(lower)))  # ordered-pair sum inside z[:tau], tau = 0..n
-    total = xx[-1]
     xy = np.concatenate(([0.0], np.cumsum(rows))) - xx  # sum over z[:tau] x z[tau:]
-    yy = total - xx - 2.0 * xy
+    yy = xx[-1] - xx - 2.0 * xy
     tau = np.arange(min_size, n - min_size + 1)
-    m = tau.astype(float)
-    k = (n - tau).astype(float)
+    m, k = tau.astype(float), (n - tau).astype(float)
     e = 2.0 * xy[tau] / (m * k) - xx[tau] / (m * (m - 1)) - yy[tau] / (k * (k - 1))
     q = m * k / (m + k) * e
     i = int(np.argmax(q))
@@ -99,13 +77,10 @@ def _seed(z: np.ndarray) -> int:
 
 
 def e_divisive(values: Sequence[float], *, max_pvalue: float = DEFAULT_MAX_PVALUE,
-               permutations: int = DEFAULT_PERMUTATIONS, min_size: int = DEFAULT_MIN_SIZE, a: float = 1.0,
-               log: bool | None = None, seed: int | None = None) -> list[ChangePoint]:
-    """Significant change points of ``values`` (in time order), sorted by index.
-
-    ``log=None`` analyses on the log scale when every value is positive. Raises :class:`SeriesTooShort` below
-    ``2 * min_size`` points.
-    """
+               permutations: int = DEFAULT_PERMUTATIONS, min_size: int = DEFAULT_MIN_SIZE, a: float = 1.0
+               ) -> list[ChangePoint]:
+    """Significant change points of ``values`` (in time order), sorted by index. Raises :class:`SeriesTooShort`
+    below ``2 * min_size`` points."""
     if min_size < 2:
         raise ValueError("min_size must be >= 2 (a segment's inner distances need a pair)")
     if not 0 < a < 2:
@@ -118,15 +93,13 @@ def e_divisive(values: Sequence[float], *, max_pvalue: float = DEFAULT_MAX_PVALU
     if raw.size < needed_points(min_size):
         raise SeriesTooShort(f"{raw.size} point(s); change-point detection needs at least {needed_points(min_size)} "
                              f"({min_size} on each side of a change)")
-    use_log = bool(np.all(raw > 0)) if log is None else log
-    z = np.log(raw) if use_log else raw
-    rng = np.random.default_rng(_seed(z) if seed is None else seed)
+    z = np.log(raw) if np.all(raw > 0) else raw
+    rng = np.random.default_rng(_seed(z))
     # Stop a test once this many permutations reach the observed Q: its p-value can no longer be <= max_pvalue.
     give_up = math.floor(max_pvalue * (permutations + 1))
-    bounds = [0, z.size]
-    found: list[ChangePoint] = []
+    found: dict[int, tuple[float, float]] = {}  # index -> (p-value, Q)
     while True:
-        segs = list(itertools.pairwise(bounds))
+        segs = list(itertools.pairwise([0, *sorted(found), z.size]))
         best = [_best_split(z[s:e], min_size, a) for s, e in segs]
         j = max(range(len(segs)), key=lambda i: best[i][1])
         tau, q = best[j]
@@ -136,15 +109,10 @@ def e_divisive(values: Sequence[float], *, max_pvalue: float = DEFAULT_MAX_PVALU
         while done < permutations and hits <= give_up:
             done += 1
             hits += int(max(_best_split(rng.permutation(z[s:e]), min_size, a)[1] for s, e in segs) >= q)
-        p = (1 + hits) / (1 + done)
-        if p > max_pvalue:
+        if (1 + hits) / (1 + done) > max_pvalue:
             break
-        s, e = segs[j]
-        idx = s + tau
-        found.append(ChangePoint(idx, p, q, float(np.median(raw[s:idx])), float(np.median(raw[idx:e]))))
-        bounds = sorted([*bounds, idx])
-    found.sort(key=lambda c: c.index)
-    # Report each change against its final neighbouring segments (a later split may have narrowed them).
-    edges = [0, *(c.index for c in found), raw.size]
-    return [ChangePoint(c.index, c.p_value, c.q, float(np.median(raw[edges[i]:c.index])),
-                        float(np.median(raw[c.index:edges[i + 2]]))) for i, c in enumerate(found)]
+        found[segs[j][0] + tau] = ((1 + hits) / (1 + done), q)
+    # Each change against its final neighbouring segments (a later split may have narrowed them).
+    edges = [0, *sorted(found), raw.size]
+    return [ChangePoint(idx, *found[idx], float(np.median(raw[edges[i]:idx])), float(np.median(raw[idx:edges[i + 2]])))
+            for i, idx in enumerate(edges[1:-1])]

@@ -1,15 +1,5 @@
-"""The confirmation's keys of ``[tool.perfsuite.gate]`` (parsed with the rest of the gate's table)::
-
-    [tool.perfsuite.gate]
-    confirm = true                 # A/B-confirm a stored-baseline regression in the same session (default true)
-    confirm_budget = "3m"          # wall time per regressed cell
-    confirm_session_budget = "10m" # cap for all cells of one session together (they share one A/B)
-    on_unconfirmed = "fail"        # "fail" | "warn": a screened regression nobody could confirm or refute
-    confirm_python = ""            # interpreter for A (the baseline's commit) when its library versions differ
-    confirm_threads = "auto"       # "auto": both sides run with fewer OpenMP threads beside a co-tenant, and
-                                   # with one each on a 2-core machine (perfsuite.machine.cotenant); "cell": every cell
-                                   # at its own default
-"""
+"""The confirmation's keys of ``[tool.perfsuite.gate]``, parsed with the rest of the gate's table (their meaning and
+defaults: docs/gate.md, "Configuration")."""
 
 from __future__ import annotations
 
@@ -18,8 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.facts.schema import Field, duration_s
-
-ON_UNCONFIRMED = ("fail", "warn")
 
 
 @dataclass(frozen=True)
@@ -39,7 +27,7 @@ FIELDS = {
     "confirm": Field("bool", "A/B-confirm a stored-baseline regression in the same session"),
     "confirm_budget": Field("duration", "wall time per regressed cell"),
     "confirm_session_budget": Field("duration", "cap for all cells of one session together"),
-    "on_unconfirmed": Field("str", "a screened regression nobody could confirm or refute", choices=ON_UNCONFIRMED),
+    "on_unconfirmed": Field("str", "a screened regression nobody could confirm or refute", choices=("fail", "warn")),
     "confirm_python": Field("str", "interpreter for A when its library versions differ"),
     "confirm_threads": Field("str", "OpenMP threads of both sides (perfsuite.machine.cotenant)", choices=("auto", "cell")),
 }
@@ -49,8 +37,7 @@ KEYS = frozenset(FIELDS)
 def parse(raw: Mapping[str, Any], error: Any) -> ConfirmConfig:
     """``error(key, got, allowed, fix="")`` builds the gate's PolicyError."""
     got = {}
-    for key, default in (("confirm", True), ("confirm_budget", "3m"), ("confirm_session_budget", "10m"),
-                         ("on_unconfirmed", "fail"), ("confirm_python", ""), ("confirm_threads", "auto")):
+    for key, default in zip(FIELDS, (True, "3m", "10m", "fail", "", "auto"), strict=True):
         v = raw.get(key, default)
         if FIELDS[key].problem(v):
             raise error(key, v, FIELDS[key].expects() if key != "confirm_python" else "a path to a python interpreter")

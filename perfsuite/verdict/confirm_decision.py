@@ -1,15 +1,6 @@
-"""What a confirmation finding means for a test: pure functions of injected verdicts and findings, so every
-branch is unit-tested without measuring anything.
-
-A finding is the A/B's answer for one screened (test, metric): B = this working tree, A = the baselines' commit,
-both measured now on this machine.
-
-* confirmed:    the confidence sequence of log(B / A) lies above 0 and the estimate is beyond the policy's
-                threshold -> the test fails (a real regression of the code)
-* refuted:      the sequence's upper end lies below the threshold: the code is not slower by what the screen
-                saw, so the screened slowdown is this machine's drift -> the test passes with a drift warning
-* inconclusive: the budget ended first -> a warning with the MDE; a failure only with --perf-fail-on-inconclusive
-* unconfirmed:  no A/B could be run (the reason and the fix) -> ``on_unconfirmed`` decides: fail (default) | warn
+"""What a confirmation finding means for a test (the table in docs/gate.md, "Screen, then confirm"): pure functions
+of injected verdicts and findings. A finding is the A/B's answer for one screened (test, metric): B = this working
+tree, A = the baselines' commit, both measured now on this machine.
 """
 
 from __future__ import annotations
@@ -48,7 +39,7 @@ class Finding:
     reason: str = ""  # unconfirmed: the reason and the fix, one line
     commit: str = ""  # the baselines' commit (A)
     elapsed_s: float | None = None
-    threads: int | None = None  # OMP_NUM_THREADS both sides ran with (perfsuite.machine.cotenant; None: the cells' default)
+    threads: int | None = None  # OMP_NUM_THREADS both sides ran with (machine.cotenant; None: the cells' default)
 
 
 @dataclass
@@ -81,10 +72,6 @@ def drift_text(f: Finding) -> str:
     return f"this machine runs {abs(f.drift) * 100:.1f}% {way} than when the baselines were recorded{level}"
 
 
-ADVICE = ("re-record the baselines in this machine's current state (pytest tests/perf --perf-update-baselines), "
-          "or gate with `perfsuite ab` (both trees measured at the same time)")
-
-
 def review(name: str, screened: Sequence[tuple[str, str, Finding | None]], *, on_unconfirmed: str,
            fail_on_inconclusive: bool) -> Outcome:
     """``screened``: (metric, the screen's kind: regression | inconclusive, its finding or None when no A/B
@@ -94,14 +81,15 @@ def review(name: str, screened: Sequence[tuple[str, str, Finding | None]], *, on
         if f is None:
             f = Finding("unconfirmed", metric, reason="no confirmation ran for this metric")
         head = f"perfsuite confirm: {name} {metric}"
+        out.settled |= f.kind != "unconfirmed"  # the confirmation's word replaces the screen's inconclusive one
         if f.kind == "confirmed":
             out.fail.append(f"{head}: regression confirmed: {_ab(f)}; {drift_text(f)}")
-            out.settled = True
         elif f.kind == "refuted":
             if screen == "regression":
                 out.warnings.append(("GateDrift", f"{head}: the stored baselines say regression, the A/B refutes it "
-                                     f"({_ab(f)}): drift, not code; {drift_text(f)}; {ADVICE}"))
-            out.settled = True
+                                     f"({_ab(f)}): drift, not code; {drift_text(f)}; re-record the baselines in this "
+                                     "machine's current state (pytest tests/perf --perf-update-baselines), or gate "
+                                     "with `perfsuite ab` (both trees measured at the same time)"))
         elif f.kind == "inconclusive":
             msg = (f"{head}: the A/B could not decide in its budget ({_ab(f)}, MDE {_pct(f.mde)}); "
                    f"{drift_text(f)}; raise [tool.perfsuite.gate] confirm_budget or run `perfsuite ab` longer")
@@ -109,7 +97,6 @@ def review(name: str, screened: Sequence[tuple[str, str, Finding | None]], *, on
                 out.fail.append(msg + " (failing because of --perf-fail-on-inconclusive)")
             else:
                 out.warnings.append(("GateInconclusive", msg))
-            out.settled = True
         elif screen == "regression":  # unconfirmed: the policy decides
             msg = f"{head}: cannot confirm the stored-baseline regression: {f.reason}"
             if on_unconfirmed == "fail":

@@ -1,15 +1,6 @@
-"""Decision: one verdict per gated (benchmark, metric). For a statistical metric with relative threshold ``tau``
-and per-hypothesis level ``alpha`` (Bonferroni share inside pytest, Holm in ``perfsuite compare``):
-
-* regression:   one-sided test "worse" significant (p < alpha) AND estimated change worse than ``tau`` AND the
-                current run is worse than every baseline run (the rank guard)
-* improvement:  one-sided test "better" significant AND estimated change better than ``tau``
-* unchanged:    the (1 - 2 alpha) interval lies inside (1/(1+tau), 1+tau)  (equivalence, TOST)
-* inconclusive: anything else, with the minimum detectable effect reached
-* incomparable: no baseline run was measured the same way (profile, generations, warm-up, worker processes,
-                backend options, model identity): nothing is compared and nothing fails
-
-Only "regression" fails. Exact metrics compare values (with an optional tolerance) instead.
+"""Decision: one verdict per gated (benchmark, metric), at a per-hypothesis level ``alpha`` (Bonferroni share inside
+pytest, Holm in ``perfsuite compare``); docs/gate.md, "Decide", has the table of verdicts. Only "regression" fails.
+Exact metrics compare values (with an optional tolerance) instead.
 """
 
 from __future__ import annotations
@@ -17,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from perfsuite.verdict import stats
 from perfsuite.verdict.estimate import Comparison, sign
@@ -75,18 +67,24 @@ def guard_blocks(comp: Comparison) -> bool:
     return cur[(len(cur) - 1) // 2] <= worst_base
 
 
+def _verdict(comp: Comparison, kind: str | None, alpha: float, threshold: float, method: str, **known: Any
+             ) -> Verdict:
+    """A verdict of ``comp``; the numbers not ``known`` are unknown. ``kind`` None: nothing was compared."""
+    if kind is None:
+        kind, method = ("incomparable", "incomparable") if comp.incomparable else ("inconclusive", method)
+    unknown = dict(ratio=None, ci_low=None, ci_high=None, mde=None, p_worse=None, note=comp.note,
+                   n_baseline=len(comp.baseline_values), n_current=len(comp.current_values))
+    return Verdict(test=comp.test, metric=comp.policy.metric, kind=kind, threshold=threshold,
+                   direction=comp.policy.direction, alpha=alpha, method=method, **{**unknown, **known})
+
+
 def decide(comp: Comparison, alpha: float, power: float) -> Verdict:
     pol = comp.policy
     if pol.exact:
         return _decide_exact(comp)
     est = comp.estimate
-    common = dict(test=comp.test, metric=pol.metric, threshold=pol.threshold, direction=pol.direction, alpha=alpha)
     if est is None:
-        kind = "incomparable" if comp.incomparable else "inconclusive"
-        return Verdict(kind=kind, ratio=None, ci_low=None, ci_high=None, mde=None, p_worse=None,
-                       method="incomparable" if comp.incomparable else "missing",
-                       n_baseline=len(comp.baseline_values), n_current=len(comp.current_values), note=comp.note,
-                       **common)  # type: ignore[arg-type]
+        return _verdict(comp, None, alpha, pol.threshold, "missing")
     s = sign(pol)
     worse = s * est.d  # > 0 means worse
     thr = math.log1p(pol.threshold)
@@ -112,11 +110,11 @@ def decide(comp: Comparison, alpha: float, power: float) -> Verdict:
         kind = "unchanged"
     else:
         kind = "inconclusive"
-    mde_log = stats.mde(est.se, est.df, alpha, power, thr)
-    return Verdict(kind=kind, ratio=math.exp(est.d), ci_low=math.exp(lo), ci_high=math.exp(hi),
-                   mde=math.expm1(mde_log), p_worse=p_worse, method=est.method, n_baseline=est.n_baseline,
-                   n_current=est.n_current, note=note, baseline_value=_geomean(comp.baseline_values),
-                   current_value=_geomean(comp.current_values), s_unit=est.s_unit, **common)  # type: ignore[arg-type]
+    return _verdict(comp, kind, alpha, pol.threshold, est.method, ratio=math.exp(est.d), ci_low=math.exp(lo),
+                    ci_high=math.exp(hi), mde=math.expm1(stats.mde(est.se, est.df, alpha, power, thr)),
+                    p_worse=p_worse, n_baseline=est.n_baseline, n_current=est.n_current, note=note,
+                    baseline_value=_geomean(comp.baseline_values), current_value=_geomean(comp.current_values),
+                    s_unit=est.s_unit)
 
 
 def _join(a: str, b: str) -> str:
@@ -129,13 +127,8 @@ def _geomean(v: Sequence[float]) -> float | None:
 
 def _decide_exact(comp: Comparison) -> Verdict:
     pol = comp.policy
-    common = dict(test=comp.test, metric=pol.metric, threshold=pol.tolerance, direction=pol.direction, alpha=0.0,
-                  p_worse=None, mde=None, ci_low=None, ci_high=None, n_baseline=len(comp.baseline_values),
-                  n_current=len(comp.current_values))
     if not comp.baseline_values or not comp.current_values:
-        kind = "incomparable" if comp.incomparable else "inconclusive"
-        return Verdict(kind=kind, ratio=None, note=comp.note, method="incomparable" if comp.incomparable
-                       else "exact", **common)  # type: ignore[arg-type]
+        return _verdict(comp, None, 0.0, pol.tolerance, "exact")
     b = sorted(comp.baseline_values)
     ref = b[len(b) // 2]  # median baseline run
     cur = sorted(comp.current_values)[(len(comp.current_values) - 1) // 2]
@@ -146,10 +139,9 @@ def _decide_exact(comp: Comparison) -> Verdict:
         kind = "regression" if cur > b[-1] + slack else ("improvement" if cur < b[0] - slack else "unchanged")
     else:
         kind = "regression" if cur < b[0] - slack else ("improvement" if cur > b[-1] + slack else "unchanged")
-    ratio = cur / ref if ref else None
     note = "exact metric changed" if kind == "regression" and pol.direction == "equal" else ""
-    return Verdict(kind=kind, ratio=ratio, baseline_value=ref, current_value=cur, note=note, method="exact",
-                   **common)  # type: ignore[arg-type]
+    return _verdict(comp, kind, 0.0, pol.tolerance, "exact", ratio=cur / ref if ref else None, baseline_value=ref,
+                    current_value=cur, note=note)
 
 
 def decide_all(comps: Sequence[Comparison], alpha: float, power: float, correction: str = "holm") -> list[Verdict]:
@@ -157,14 +149,8 @@ def decide_all(comps: Sequence[Comparison], alpha: float, power: float, correcti
     estimate: ``holm`` (step-down) or ``bonferroni``."""
     stat_idx = [i for i, c in enumerate(comps) if not c.policy.exact and c.estimate is not None]
     m = len(stat_idx)
-    levels: dict[int, float] = {}
-    if m:
-        if correction == "holm":
-            ps = [comps[i].p_worse for i in stat_idx]
-            levels = dict(zip(stat_idx, stats.holm_levels([p if p is not None else 1.0 for p in ps], alpha),
-                              strict=True))
-        elif correction == "bonferroni":
-            levels = {i: alpha / m for i in stat_idx}
-        else:
-            raise ValueError(f"correction must be holm or bonferroni, not {correction!r}")
+    if m and correction not in ("holm", "bonferroni"):
+        raise ValueError(f"correction must be holm or bonferroni, not {correction!r}")
+    ps = [p if p is not None else 1.0 for p in (comps[i].p_worse for i in stat_idx)]
+    levels = dict(zip(stat_idx, stats.holm_levels(ps, alpha), strict=True)) if correction == "holm" else {}
     return [decide(c, levels.get(i, alpha / max(m, 1)), power) for i, c in enumerate(comps)]

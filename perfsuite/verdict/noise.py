@@ -1,10 +1,7 @@
 """The noise of one machine by level, and what each verdict can detect on it (``perfsuite calibrate``; serving
-cells: perfsuite.orchestrate.serving_calibrate). Pure: values in, numbers out.
-
-* within a process: spread of one process's generations
-* between processes: spread of process values inside a run
-* between runs: what is left of the spread of run values beyond the processes' share (drift over time)
-* A/A lockstep pairs: the spread of log(B/A) of pairs of this tree, as ``perfsuite ab`` measures them
+cells: perfsuite.orchestrate.serving_calibrate): within a process (its generations), between processes (inside a
+run), between runs (what the run values spread beyond the processes' share: drift) and A/A lockstep pairs (log(B/A)
+as ``perfsuite ab`` measures it).
 """
 
 from __future__ import annotations
@@ -13,6 +10,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from perfsuite.verdict import sequential, stats
 
 
 def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]], config: Any, workers: int,
@@ -23,11 +22,10 @@ def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]
     ``pairs``: log(B/A) of A/A lockstep pairs per cell and metric, each ``pair_wall_s`` long; with 3 or more, ab's
     pairs are predicted from their SD (``ab_model`` "lockstep"), else from sqrt(2) x the between-process spread
     ("sequential", also kept as ``ab_sequential``)."""
-    from perfsuite.verdict import stats
-
-    gw = gate_workers or workers
+    gw, r = gate_workers or workers, config.baseline_runs
     out: dict[str, Any] = {"workers": workers, "process_wall_s": process_wall_s, "cells": {}}
-    n_members = sum(len(v) for v in values.values())
+    alpha_test = config.alpha / max(sum(len(v) for v in values.values()), 1)  # max: no division when empty
+    tau, eps = math.log1p(config.ab_threshold), math.log1p(config.ab_margin)
     for cid, per_metric in values.items():
         out["cells"][cid] = {}
         for m, runs in per_metric.items():
@@ -40,12 +38,9 @@ def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]
             means = np.array([x.mean() for x in logs])
             var_means = float(means.var(ddof=1)) if means.size > 1 else math.nan
             s_a = math.sqrt(max(0.0, var_means - s_e**2 / workers)) if math.isfinite(var_means) else math.nan
-            r = config.baseline_runs
-            alpha_test = config.alpha / n_members
             thr = math.log1p(next((p.threshold for p in config.policies if p.metric == f"median_{m}_ms"), 0.03))
             se = math.sqrt((s_a**2 + s_e**2 / gw) * (1 + 1 / r))
             mde_gate = stats.mde(se, r - 1, alpha_test, config.power, thr)
-            tau, eps = math.log1p(config.ab_threshold), math.log1p(config.ab_margin)
             ab_seq = _ab(math.sqrt(2) * s_e, 2 * process_wall_s, config.alpha / 3, tau, eps)
             lock = (pairs or {}).get(cid, {}).get(m) or []
             s_pair = float(np.std(lock, ddof=1)) if len(lock) >= 3 else math.nan
@@ -63,20 +58,15 @@ def decompose(values: dict[str, dict[str, list[list[tuple[float, list[float]]]]]
 
 def _ab(sd_pair: float, pair_s: float, alpha: float, tau: float, eps: float) -> dict[str, dict[str, Any]]:
     """Pairs (and minutes, at ``pair_s`` a pair) ab needs to decide +5 % and +2 % with 80 % power."""
-    from perfsuite.verdict import sequential
-
-    ab = {}
-    for pct in (0.05, 0.02):
-        n = sequential.pairs_needed(sd_pair, math.log1p(pct), alpha, tau, eps)
-        ab[f"{pct:.0%}"] = {"pairs_80pct": n, "minutes_80pct": None if n is None or not math.isfinite(pair_s)
-                            else n * pair_s / 60}
-    return ab
+    needed = {f"{pct:.0%}": sequential.pairs_needed(sd_pair, math.log1p(pct), alpha, tau, eps) for pct in (0.05, 0.02)}
+    return {k: {"pairs_80pct": n, "minutes_80pct": None if n is None or not math.isfinite(pair_s) else n * pair_s / 60}
+            for k, n in needed.items()}
 
 
 def format_report(rep: dict[str, Any]) -> list[str]:
-    lines = [f"noise by level (CV of median per process; {rep['workers']} processes per run, {rep['process_wall_s']:.1f} s "
-             "per process)", f"{'cell / metric':<52} {'within':>7} {'between':>8} {'between':>8} {'gate':>7} "
-             f"{'A/A pair':>8}  ab pairs (minutes) to decide",
+    lines = [f"noise by level (CV of median per process; {rep['workers']} processes per run, "
+             f"{rep['process_wall_s']:.1f} s per process)", f"{'cell / metric':<52} {'within':>7} {'between':>8} "
+             f"{'between':>8} {'gate':>7} {'A/A pair':>8}  ab pairs (minutes) to decide",
              f"{'':<52} {'process':>7} {'procs':>8} {'runs':>8} {'MDE':>7} {'SD':>8}  +5 %, +2 %"]
     models = set()
     for cid, per in rep["cells"].items():

@@ -1,6 +1,5 @@
-"""What the gate says of one test, as values: :class:`GateOutcome` (skip, fail or pass with warnings) and the warning
-classes it carries. No pytest here: the pytest adapter raises an outcome in the calling test
-(perfsuite.adapters.pytest.hooks.enforce)."""
+"""What the gate says of one test, as values: :class:`GateOutcome` and the warning classes it carries. No pytest
+here: the pytest adapter raises an outcome in the calling test (perfsuite.adapters.pytest.hooks.enforce)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class GateOutcome:
-    """The word on one test: skip it with ``skip`` (nothing measured it, and the worker said why), fail it with
-    ``failure``, else pass it with ``warnings``. perfsuite.adapters.pytest.hooks.enforce raises it."""
+    """Skip the test with ``skip`` (nothing measured it; the worker said why), fail it with ``failure``, else pass
+    it with ``warnings``."""
 
     failure: str | None = None
     warnings: list[Warning] = field(default_factory=list)

@@ -1,40 +1,24 @@
-"""``[tool.perfsuite.gate]`` -> frozen dataclasses. Every invalid key or value raises :class:`PolicyError`
-naming the key, what is allowed and the fix. The schema (docs/gate.md has the prose):
+"""``[tool.perfsuite.gate]`` -> frozen dataclasses (the schema and its defaults: docs/gate.md, "Configuration").
+Every invalid key or value raises :class:`PolicyError` naming the key, what is allowed and the fix. An override
+(a glob on the cell id or the test name; a later match wins) changes every policy of what it matches, or one metric's::
 
-.. code-block:: toml
-
-    [tool.perfsuite.gate]
-    alpha = 0.01            # family-wise false-alarm rate over all gated metrics of a session (0 < alpha < 0.5)
-    power = 0.8             # power at which the minimum detectable effect (MDE) is reported
-    baseline_runs = 10      # use the newest N comparable run files of baselines/<runner-class>/ (>= 2 to fail)
-    ab_threshold = 0.01     # perfsuite ab: a significant slowdown beyond 1 % is a regression
-    ab_margin = 0.02        # perfsuite ab: "unchanged" once the interval lies inside +-2 %
-    min_run_cv = 0.05       # optional floor of the between-run CV (drift over hours: perfsuite calibrate --gap)
-
-    [[tool.perfsuite.gate.policies]]
-    metric = "median_tpot_ms"          # see METRIC_HELP
-    direction = "lower_is_better"      # or "higher_is_better"; default from the metric's name
-    threshold = 0.03                   # relative: fail only if significantly worse AND estimated > 3 % worse
-    tests = ["test_tpot*", "test_e2el*"]  # optional: glob(s) on the test name; default all tests with the metric
-
-    [[tool.perfsuite.gate.policies]]
-    metric = "generated_tokens"
-    exact = true                       # compared exactly; tolerance / abs_tolerance optional
-
-    [tool.perfsuite.gate.overrides."onnxruntime-cpu-*"]   # glob on the cell id (or the test name)
-    threshold = 0.10                   # applies to every policy of matching cells
-    median_ttft_ms = { threshold = 0.2, enabled = true }  # or to one metric only
+    [tool.perfsuite.gate.overrides."onnxruntime-cpu-*"]
+    threshold = 0.10
+    median_ttft_ms = { threshold = 0.2, enabled = true }
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from perfsuite.facts import vocabulary
+from perfsuite.facts.config import find_pyproject, tomllib
 from perfsuite.facts.schema import Field, first_unknown
 from perfsuite.verdict import confirm_config
 
@@ -109,8 +93,6 @@ DEFAULT_POLICIES: tuple[Policy, ...] = (
     Policy("generated_tokens", direction="equal", exact=True),
 )
 
-_TOP = {"alpha", "power", "baseline_runs", "ab_threshold", "ab_margin", "min_run_cv", "policies", "overrides",
-        *confirm_config.KEYS}
 _POLICY = {"metric", "direction", "threshold", "exact", "tolerance", "abs_tolerance", "tests", "enabled"}
 
 
@@ -131,6 +113,7 @@ _TOP_FIELDS = {
                        max_open=True),
     "min_run_cv": Field("float", "floor of the between-run CV", minimum=0.0, maximum=1.0, max_open=True),
 }
+_TOP = {*_TOP_FIELDS, "policies", "overrides", *confirm_config.KEYS}
 # An override's tolerance may exceed a policy's 10x (it loosens a policy for a few cells only).
 _OVERRIDE_FIELDS = {"threshold": _THRESHOLD, "tolerance": _ABS_TOLERANCE, "abs_tolerance": _ABS_TOLERANCE,
                     "enabled": _BOOL}
@@ -146,8 +129,6 @@ def _checked(key: str, v: Any, spec: Field) -> Any:
 def check_metric(key: str, metric: Any) -> str:
     if not isinstance(metric, str) or not (_LAT.match(metric) or _STATS.match(metric) or metric in THROUGHPUT
                                            or metric in EXACT_METRICS):
-        import difflib
-
         names = [f"{s}_{m}_ms" for s in ("min", *vocabulary.SUMMARIES) for m in vocabulary.LATENCIES]
         names += [*THROUGHPUT, *EXACT_METRICS, "stats.min", "stats.median", "stats.mean", "stats.max"]
         close = difflib.get_close_matches(str(metric), names, n=1)
@@ -159,8 +140,7 @@ def check_metric(key: str, metric: Any) -> str:
 def default_direction(metric: str) -> str:
     """Which way is better: the vocabulary's word for a name it owns (``generated_tokens``: equal); otherwise a
     throughput (a serving key) is higher-is-better and anything else (``stats.*``: times) lower-is-better."""
-    known = vocabulary.describe(metric)
-    if known is not None:
+    if (known := vocabulary.describe(metric)) is not None:
         return known.direction
     return "higher_is_better" if "throughput" in metric else "lower_is_better"
 
@@ -220,12 +200,9 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
     top = {k: _checked(k, raw.get(k, getattr(GateConfig, k)), spec) for k, spec in _TOP_FIELDS.items()
            if k in raw or getattr(GateConfig, k) is not None}
     pols_raw = raw.get("policies")
-    if pols_raw is None:
-        policies = DEFAULT_POLICIES
-    else:
-        if not isinstance(pols_raw, list) or not pols_raw:
-            raise _err("policies", pols_raw, "a non-empty array of tables ([[tool.perfsuite.gate.policies]])")
-        policies = tuple(_policy(i, p) for i, p in enumerate(pols_raw))
+    if pols_raw is not None and (not isinstance(pols_raw, list) or not pols_raw):
+        raise _err("policies", pols_raw, "a non-empty array of tables ([[tool.perfsuite.gate.policies]])")
+    policies = DEFAULT_POLICIES if pols_raw is None else tuple(_policy(i, p) for i, p in enumerate(pols_raw))
     names = [(p.metric, p.tests) for p in policies]
     if len(set(names)) != len(names):
         raise _err("policies", [p.metric for p in policies], "each metric once per test selection",
@@ -254,10 +231,6 @@ def parse_config(raw: Mapping[str, Any] | None) -> GateConfig:
 def load_config(pyproject: Any = None, **cli: Any) -> GateConfig:
     """``[tool.perfsuite.gate]`` of ``pyproject`` (default: the perfsuite pyproject.toml above the working
     directory; none = defaults), with non-None ``cli`` values (alpha, baseline_runs, ...) on top."""
-    from pathlib import Path
-
-    from perfsuite.facts.config import find_pyproject, tomllib
-
     path = Path(pyproject) if pyproject else find_pyproject(Path.cwd())
     raw: dict[str, Any] = {}
     if path is not None:

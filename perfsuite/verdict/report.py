@@ -12,13 +12,7 @@ from perfsuite.verdict.decide import KINDS, Verdict
 
 
 def _n(v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    return f"{int(v)}" if float(v).is_integer() else f"{v:.4g}"
-
-
-def _pct(v: float | None) -> str:
-    return pct(v, signed=False)
+    return "n/a" if v is None else f"{int(v)}" if float(v).is_integer() else f"{v:.4g}"
 
 
 def describe(v: Verdict) -> str:
@@ -27,14 +21,10 @@ def describe(v: Verdict) -> str:
                 + (f" (tolerance {v.threshold:g})" if v.threshold else "") + (f"; {v.note}" if v.note else ""))
     if v.kind == "incomparable" or v.ratio is None:
         return f"{v.metric}: {v.kind}" + (f": {v.note}" if v.note else "")
-    s = (f"{v.metric}: {v.kind}: {v.change()} (ratio {_n(v.ratio)}, {(1 - 2 * v.alpha) * 100:.4g}% CI "
-         f"{v.interval()}, threshold {v.threshold * 100:g}%, MDE {_pct(v.mde)}, p={_p(v.p_worse)}, {v.method}, "
-         f"runs {v.n_baseline} vs {v.n_current})")
-    return s + (f"; {v.note}" if v.note else "")
-
-
-def _p(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.2g}"
+    p = "n/a" if v.p_worse is None else f"{v.p_worse:.2g}"
+    return (f"{v.metric}: {v.kind}: {v.change()} (ratio {_n(v.ratio)}, {(1 - 2 * v.alpha) * 100:.4g}% CI "
+            f"{v.interval()}, threshold {v.threshold * 100:g}%, MDE {pct(v.mde, signed=False)}, p={p}, {v.method}, "
+            f"runs {v.n_baseline} vs {v.n_current})" + (f"; {v.note}" if v.note else ""))
 
 
 def table(verdicts: Sequence[Verdict], holm_p: Sequence[float | None] | None = None) -> list[str]:

@@ -1,14 +1,14 @@
 """What the pytest plugin calls: :class:`GateSession` (one per pytest session that compares against baselines).
 
-Per-test decisions are made while the test runs (so the failing test is the regressed one). The family is known
-by then: every selected cell has already been measured (perfsuite.orchestrate.plan), so it counts exactly the gated tests
-that ran and have a baseline measured the same way. Each gets a Bonferroni share ``alpha / family`` of the
-false-alarm budget, split equally over its statistical metrics. The summary table adds Holm-adjusted p-values
-(informational; Holm never contradicts a Bonferroni failure).
+Each test is decided while it runs (the failing test is the regressed one). Every selected cell has been measured
+by then (perfsuite.orchestrate.plan), so the family counts exactly the gated tests that ran with a baseline measured
+the same way; each gets ``alpha / family``, split equally over its statistical metrics. The summary adds
+Holm-adjusted p-values (informational; Holm never contradicts a Bonferroni failure).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,14 +25,10 @@ from perfsuite.verdict.runs import index, match
 
 def baseline_span_s(runs: Sequence[Mapping[str, Any]]) -> float | None:
     """Seconds between the first and the last run (pytest-benchmark's ``datetime``); None if unknown."""
-    import datetime as dt
-
-    times = []
-    for r in runs:
-        try:
-            times.append(dt.datetime.fromisoformat(str(r.get("datetime"))).timestamp())
-        except ValueError:
-            return None
+    try:
+        times = [dt.datetime.fromisoformat(str(r.get("datetime"))).timestamp() for r in runs]
+    except ValueError:
+        return None
     return max(times) - min(times) if len(times) >= 2 else None
 
 
@@ -53,7 +49,6 @@ class GateSession:
         self.verdicts: list[Verdict] = []
         self.hints: dict[str, str] = {}
 
-    # ------------------------------------------------------------------------------------------ the family
     def set_family(self, items: Sequence[Any], results: Mapping[str, Any]) -> None:
         """After measuring: the selected perf tests whose cell ran and that have a comparable baseline."""
         self.family = {}
@@ -69,11 +64,8 @@ class GateSession:
     def add_to_family(self, nodeids: Sequence[str]) -> None:
         """Tests measured outside :meth:`set_family`'s cells (the serving cells) join the family when they have a
         baseline, so that they share alpha with the others."""
-        for nodeid in nodeids:
-            if match(nodeid, self._by_full, self._by_name):
-                self.family[nodeid] = 1
+        self.family.update({nodeid: 1 for nodeid in nodeids if match(nodeid, self._by_full, self._by_name)})
 
-    # ------------------------------------------------------------------------------------------- a verdict
     def check(self, nodeid: str, extra_info: Mapping[str, Any], stats_: Mapping[str, Any] | None = None
               ) -> list[Verdict]:
         """Verdicts of one benchmark (its ``extra_info`` as just measured), recorded for :meth:`summary_table`."""
@@ -86,7 +78,7 @@ class GateSession:
 
     def screen(self, nodeid: str, extra_info: Mapping[str, Any], stats_: Mapping[str, Any] | None = None
                ) -> list[Verdict]:
-        """The verdicts :meth:`check` would give, recorded nowhere (perfsuite.orchestrate.confirm screens before the tests)."""
+        """The verdicts :meth:`check` would give, recorded nowhere (the confirmation screens before the tests)."""
         base = match(nodeid, self._by_full, self._by_name)
         if not base:
             return []
@@ -118,10 +110,8 @@ class GateSession:
     @staticmethod
     def failure_message(verdicts: Sequence[Verdict]) -> str | None:
         bad = [v for v in verdicts if v.failed]
-        if not bad:
-            return None
         return "perfsuite gate: significant regression beyond threshold\n" + "\n".join(
-            "  " + report.describe(v) for v in bad)
+            "  " + report.describe(v) for v in bad) if bad else None
 
     def inconclusive_message(self, nodeid: str, verdicts: Sequence[Verdict]) -> str | None:
         """What the stored baselines could not see, and the A/B that would."""
@@ -148,9 +138,8 @@ class GateSession:
                          "[tool.perfsuite.gate] min_run_cv (perfsuite calibrate --gap 10m measures it)")
         if self.skipped_contended:
             lines.append(f"{self.skipped_contended} stored run(s) marked contended were left out of the baseline")
-        for nodeid, hint in self.hints.items():
-            lines.append(f"inconclusive {values.short_name(nodeid)}: settle it with: {hint}")
-        return lines
+        return lines + [f"inconclusive {values.short_name(node)}: settle it with: {hint}"
+                        for node, hint in self.hints.items()]
 
 
 def make_session(raw: Mapping[str, Any] | GateConfig | None, baseline_runs: Sequence[Mapping[str, Any]]

@@ -1,37 +1,17 @@
-"""Sequential A/B decision with an always-valid confidence sequence (testing by betting).
+"""Sequential A/B decision with an always-valid confidence sequence (testing by betting; docs/gate.md).
 
-Data: one value per randomized pair, ``d_i = log(B_i / A_i)`` (B the candidate). Inside a pair the order of A and
-B is a fair coin flip, so for identical code ``d_i`` is symmetric about 0 whatever the noise looks like: heavy
-tails, bimodal processes, machine modes, a position effect (the second process of a pair always slower) -- the
-coin flip makes the sign of ``d_i`` a fair coin given everything else. Under a location shift (B's processes are
-A's slowed by a factor), ``d_i - delta`` is symmetric about 0 in the same way.
+Data: one value per randomized pair, ``d_i = log(B_i / A_i)``. The coin-flip order inside a pair makes ``d_i -
+delta`` symmetric about 0 under a location shift ``delta``, whatever the noise (heavy tails, bimodal processes, a
+position effect). For each candidate shift ``m`` on a grid the wealth ``W_n(m) = prod_i (1 + lambda_i(m) * g((d_i -
+m) / c_i))`` bets on the sign of ``d_i - m``: ``g`` clipped to [-1, 1] (one wild pair moves the wealth by at most a
+factor 1 +- lambda), a scale ``c_i`` and bets ``lambda_i`` in [-1/2, 1/2] from past pairs only (predictable). At the
+true centre ``W_n(m)`` is a non-negative martingale, so by Ville's inequality ``P(sup_n W_n(m) >= 1/alpha) <=
+alpha``: the shifts whose wealth never reached the threshold cover the true one at every n at once (Waudby-Smith &
+Ramdas 2023, JRSS-B; the sign-flip test of Fisher/Pratt made sequential).
 
-For each candidate shift ``m`` on a grid we bet on the sign of ``d_i - m``: wealth
-``W_n(m) = prod_i (1 + lambda_i(m) * g((d_i - m) / c_i))`` with ``g`` clipped to [-1, 1] (odd, bounded: one wild
-pair moves the wealth by at most a factor 1 +- lambda), a scale ``c_i`` and bets ``lambda_i`` in [-1/2, 1/2] that
-use only pairs before ``i`` (predictable). If ``m`` is the true centre, ``E[g(d_i - m) | past] = 0``, so ``W_n(m)``
-is a non-negative martingale and, by Ville's inequality, ``P(sup_n W_n(m) >= 1/alpha) <= alpha``. The confidence
-sequence is the set of ``m`` whose wealth never reached ``1/alpha``: it covers the true shift at every ``n``
-simultaneously with probability >= 1 - alpha, so stopping whenever the data look decisive (or when the wall-time
-budget runs out) keeps the false-alarm rate at alpha. No normality, no fixed sample size, no alpha spending plan.
-(Waudby-Smith & Ramdas 2023, "Estimating means of bounded random variables by betting", JRSS-B; the symmetry
-argument is the sign-flip test of Fisher/Pratt made sequential.)
-
-Decisions, for relative regression threshold ``tau`` and equivalence margin ``eps`` (log scale):
-* regression:  the interval is above 0 (significantly slower) and the Hodges-Lehmann estimate is above tau
-* improvement: the interval is below 0 and the estimate below -tau
-* unchanged:   the interval lies inside (-eps, eps), or it excludes 0 but the estimate stays within tau and
-               the interval inside (-eps, eps)
-* otherwise open; at the budget it is inconclusive, with the MDE reached and the budget that would settle it.
-
-**The budget's end spends the rest of alpha.** The betting sequence pays for looking after every pair: at a fixed
-n its interval is about twice as wide as a fixed-n test's. So it runs at ``(1 - FINAL_SHARE) * alpha``, and when the
-run stops for a reason that does not look at the values (the wall-time budget, the pair cap) the sequence is closed
-(:meth:`ConfidenceSequence.close`) and its interval intersected with Wilcoxon's signed-rank interval for the same
-centre at ``FINAL_SHARE * alpha`` (the Walsh averages' order statistics; exact under the same coin-flip symmetry,
-conditional on the pairs' magnitudes). Either interval misses with probability at most its share, so the
-intersection covers with probability >= 1 - alpha (Bonferroni), and a decision taken early by the sequence keeps
-its own guarantee. A run stopped by Ctrl-C is not closed (whoever pressed it may have watched the estimate).
+The sequence runs at ``(1 - FINAL_SHARE) * alpha``; a stop blind to the values (budget, pair cap) closes it and
+intersects its interval with Wilcoxon's signed-rank interval at ``FINAL_SHARE * alpha`` (docs/gate.md, "The budget's
+end spends the other half of alpha").
 """
 
 from __future__ import annotations
@@ -41,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import norm
 
 GRID_HALF_WIDTH = 0.7  # log-ratio: shifts of 0.5x to 2x are representable
 GRID_STEP = 0.0005  # 0.05 % resolution
@@ -92,8 +73,6 @@ def signed_rank_interval(d: Sequence[float], alpha: float) -> tuple[float, float
         cdf = np.cumsum(counts) / 2.0**n
         c = int(np.count_nonzero(cdf <= alpha / 2))
     else:
-        from scipy.stats import norm
-
         mu, sd = n * (n + 1) / 4, math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
         c = max(0, math.floor(mu + 0.5 - float(norm.isf(alpha / 2)) * sd))
     if c < 1:
@@ -117,14 +96,11 @@ class ConfidenceSequence:
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
-        n = self.grid.size
-        self.log_wealth = np.zeros(n)
-        self.max_log_wealth = np.zeros(n)  # running maximum: a shift rejected once stays rejected
-        self._s1 = np.zeros(n)  # sum of past g
-        self._s2 = np.zeros(n)  # sum of past g^2
         if not 0 <= self.final_share < 1:
             raise ValueError(f"final_share must be in [0, 1), got {self.final_share}")
         self._threshold = math.log(1 / (self.alpha * (1 - self.final_share)))
+        # log wealth, its running maximum (a shift rejected once stays rejected), the sums of past g and of g^2
+        self.log_wealth, self.max_log_wealth, self._s1, self._s2 = np.zeros((4, self.grid.size))
         self.closed = False
 
     def close(self) -> None:
@@ -132,19 +108,14 @@ class ConfidenceSequence:
         interval also uses the fixed-n signed-rank test at ``final_share * alpha``. No more values after this."""
         self.closed = True
 
-    def _scale(self) -> float:
-        if len(self.data) < 3:
-            return SCALE_PRIOR
-        return max(SCALE_FLOOR, 2.0 * robust_sd(self.data))
-
     def update(self, d: float) -> None:
         if not math.isfinite(d):
             raise ValueError(f"log-ratio must be finite, got {d}")
         if self.closed:
             raise ValueError("the sequence is closed (its fixed-n test has been spent); start a new one")
         n = len(self.data)
-        c = self._scale()
-        g = np.clip((d - self.grid) / c, -1.0, 1.0)
+        scale = SCALE_PRIOR if n < 3 else max(SCALE_FLOOR, 2.0 * robust_sd(self.data))
+        g = np.clip((d - self.grid) / scale, -1.0, 1.0)
         # aGRAPA-style predictable bet: mean / (variance + mean^2) of past g, with one pseudo-observation at 0
         mu = self._s1 / (n + 1)
         var = np.maximum(self._s2 / (n + 1) - mu**2, 0.0) + 1.0 / (n + 1)
@@ -160,24 +131,20 @@ class ConfidenceSequence:
         return len(self.data)
 
     def interval(self) -> tuple[float, float]:
-        """Shifts not rejected so far (hull). Before any data: the whole grid. Closed: intersected with the
-        signed-rank interval (if the two do not overlap, the sequence's alone, which keeps its own share)."""
-        lo, hi = self.sequence_interval()
+        """Shifts not rejected so far (hull; before any data the whole grid; every shift rejected, data outside the
+        grid: the nearest edge). Closed: intersected with the signed-rank interval (if the two do not overlap, the
+        sequence's alone, which keeps its own share)."""
+        ok = np.flatnonzero(self.max_log_wealth < self._threshold)
+        if ok.size:
+            lo, hi = float(self.grid[ok[0]]), float(self.grid[ok[-1]])
+        else:
+            lo = hi = float(self.grid[-1] if np.mean(self.data) > 0 else self.grid[0])
         if not self.closed or self.final_share == 0:
             return lo, hi
         fixed = signed_rank_interval(self.data, self.alpha * self.final_share)
         if fixed is None or max(lo, fixed[0]) > min(hi, fixed[1]):
             return lo, hi
         return max(lo, fixed[0]), min(hi, fixed[1])
-
-    def sequence_interval(self) -> tuple[float, float]:
-        """The betting sequence's own hull, whether closed or not."""
-        ok = self.max_log_wealth < self._threshold
-        if not ok.any():  # every shift rejected (data outside the grid): the nearest edge
-            edge = self.grid[-1] if np.mean(self.data) > 0 else self.grid[0]
-            return float(edge), float(edge)
-        idx = np.flatnonzero(ok)
-        return float(self.grid[idx[0]]), float(self.grid[idx[-1]])
 
     def estimate(self) -> float:
         return hodges_lehmann(self.data)
@@ -214,8 +181,6 @@ def decide(cs: ConfidenceSequence, tau: float, eps: float, min_pairs: int = 2) -
 def mde_reached(cs: ConfidenceSequence, power: float = 0.8) -> float:
     """Smallest true slowdown (log scale) this many pairs detect with probability ``power``: the estimate must
     clear the interval's half-width (approximately, for an estimate with sd ~ robust sd / sqrt(n))."""
-    from scipy.stats import norm
-
     if cs.n < 3:
         return math.inf
     lo, hi = cs.interval()
@@ -235,13 +200,8 @@ def pairs_to_settle(cs: ConfidenceSequence, tau: float, eps: float, cap: int = 1
     need = abs(est) if abs(est) > tau else eps - abs(est)
     if need <= 0 or half <= 0:
         return None
-    n0 = cs.n
-
-    def hw(n: float) -> float:
-        return half * math.sqrt((n0 / n) * (math.log(n + math.e) / math.log(n0 + math.e)))
-
-    n = n0
-    while hw(n) >= need:
+    n = n0 = cs.n
+    while half * math.sqrt((n0 / n) * (math.log(n + math.e) / math.log(n0 + math.e))) >= need:
         n = math.ceil(n * 1.1) + 1
         if n > cap:
             return None
@@ -264,17 +224,14 @@ def pairs_needed(sigma_pair: float, delta: float, alpha: float, tau: float, eps:
         got = cap + 1
         for i in range(cap):
             cs.update(float(delta + rng.normal(0, sigma_pair)))
-            n = i + 1
-            if (i < 20 or i % max(1, i // 20) == 0) and decide(cs, tau, eps).kind != "open":
-                got = n
-                break
-            if n in budgets:
-                cs.closed = True  # what a budget of n pairs would end with; reopened to go on
+            done = (i < 20 or i % max(1, i // 20) == 0) and decide(cs, tau, eps).kind != "open"
+            if not done and i + 1 in budgets:
+                cs.closed = True  # what a budget of i + 1 pairs would end with; reopened to go on
                 done = decide(cs, tau, eps).kind != "open"
                 cs.closed = False
-                if done:
-                    got = n
-                    break
+            if done:
+                got = i + 1
+                break
         first.append(got)
         if len(first) >= 6 and sum(f > cap for f in first) > (1 - power) * trials:
             return None  # too many trials past the cap already: the quantile is past it

@@ -1,11 +1,10 @@
-"""The statistics of the gate. Pure functions on numbers; no I/O, no pytest.
+"""The statistics of the gate: pure functions on numbers.
 
-Everything works on the log scale: a log-ratio ``d = log(current) - log(baseline)`` turns "5 % slower" into the
-same additive shift at every latency, and run-to-run noise of latencies is closer to multiplicative than additive.
-
-The unit is a *process*: the decode steps of one generation share a KV cache, a context length and a moment of
-the machine, and the generations of one process share its memory placement and threads, so neither is an
-independent observation. A run is W processes; baselines are R runs.
+Everything works on the log scale: ``d = log(current) - log(baseline)`` makes "5 % slower" the same shift at every
+latency, and run-to-run noise of latencies is closer to multiplicative than additive. The unit is a *process*: the
+decode steps of one generation share a KV cache, a context length and a moment of the machine, and the generations
+of one process share its memory placement and threads, so neither is independent. A run is W processes; baselines
+are R runs.
 """
 
 from __future__ import annotations
@@ -13,9 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as st
+from scipy.optimize import brentq
 
 STATISTICS = ("mean", "median", "min", "p1..p99")
 
@@ -23,12 +24,8 @@ STATISTICS = ("mean", "median", "min", "p1..p99")
 def statistic(values: Sequence[float], name: str) -> float:
     """One process's aggregate of its per-unit values (``p90``/``p99`` interpolate like numpy/vLLM)."""
     x = np.asarray(values, dtype=float)
-    if name == "mean":
-        return float(x.mean())
-    if name == "median":
-        return float(np.median(x))
-    if name == "min":
-        return float(x.min())
+    if name in ("mean", "median", "min"):
+        return float(getattr(np, name)(x))
     if name.startswith("p") and name[1:].isdigit() and 0 < int(name[1:]) < 100:
         return float(np.percentile(x, float(name[1:])))
     raise ValueError(f"unknown statistic {name!r}; allowed: {', '.join(STATISTICS)}")
@@ -52,34 +49,29 @@ class Estimate:
         return self.d - q * self.se, self.d + q * self.se
 
 
+def _t(df: float) -> Any:
+    """Student's t with ``df`` degrees of freedom; the normal for an infinite (or past 1e6) ``df``."""
+    return st.norm if not math.isfinite(df) or df > 1e6 else st.t(df)
+
+
 def t_quantile(p: float, df: float) -> float:
-    if not math.isfinite(df) or df > 1e6:
-        return float(st.norm.ppf(p))
-    return float(st.t.ppf(p, df))
+    return float(_t(df).ppf(p))
 
 
 def t_sf(x: float, df: float) -> float:
-    if not math.isfinite(df) or df > 1e6:
-        return float(st.norm.sf(x))
-    return float(st.t.sf(x, df))
+    return float(_t(df).sf(x))
 
 
 def between_runs(baseline: Sequence[float], current: Sequence[float], *,
                  current_within_var: float | None = None, min_sd: float | None = None) -> Estimate:
-    """Run-level comparison (``baseline``: R >= 2 run values, ``current``: C >= 1 run values).
+    """Run-level comparison (``baseline``: R >= 2 run values, ``current``: C >= 1), docs/gate.md step 3.
 
-    The variance of one run's log value, ``s^2``, is estimated from the spread of the baseline runs: it holds the
-    process-to-process noise (divided by the W processes of a run) and whatever drifts between runs (time of day,
-    neighbours, a VM moved). With C >= 2 current runs the two spreads are pooled (Student's two-sample t,
-    df = R + C - 2); with C = 1 this is the t *prediction* interval of one new run against R runs (df = R - 1).
-
-    ``current_within_var``: the current run's own variance of its log value, from its processes; if the current run
-    is noisier inside than baseline runs are between each other (a disturbed machine), that larger variance is
-    used for it.
-
-    ``min_sd``: a floor for the SD of one run's log value (``[tool.perfsuite.gate] min_run_cv``). Baseline runs
-    recorded back to back cannot show drift over hours; a floor measured over hours (``perfsuite calibrate --gap``)
-    keeps a machine's slow periods from reading as regressions.
+    The variance of one run's log value, ``s^2``, comes from the spread of the baseline runs (process noise / W plus
+    drift between runs). With C >= 2 current runs the two spreads are pooled (Student's two-sample t, df = R + C -
+    2); with C = 1 this is the t *prediction* interval of one new run against R runs (df = R - 1).
+    ``current_within_var``: the current run's own variance (from its processes), used for it when larger (a
+    disturbed machine). ``min_sd``: a floor for ``s`` (``min_run_cv``: drift over hours that back-to-back baseline
+    runs cannot show).
     """
     y = np.log(np.asarray(baseline, dtype=float))
     z = np.log(np.asarray(current, dtype=float))
@@ -125,10 +117,8 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 def holm_adjusted(pvalues: Sequence[float | None]) -> list[float | None]:
     """Holm-adjusted p-values aligned with the input; ``None`` entries (exact metrics) stay ``None``."""
     idx = [i for i, p in enumerate(pvalues) if p is not None]
-    out: list[float | None] = [None] * len(pvalues)
-    for i, a in zip(idx, holm([float(pvalues[i]) for i in idx]), strict=True):  # type: ignore[arg-type]
-        out[i] = a
-    return out
+    adjusted = dict(zip(idx, holm([float(pvalues[i]) for i in idx]), strict=True))  # type: ignore[arg-type]
+    return [adjusted.get(i) for i in range(len(pvalues))]
 
 
 def holm_levels(pvalues: Sequence[float], alpha: float) -> list[float]:
@@ -154,7 +144,7 @@ def power_at(delta: float, se: float, df: float, alpha: float, threshold_log: fl
     the chi-square law of ``se_hat`` is the noncentral-t computation; plugging ``se`` in (a central t) would
     overstate the power at small df."""
     tc = t_quantile(1 - alpha, df)
-    if not math.isfinite(df) or df > 1e6:
+    if _t(df) is st.norm:
         return float(st.norm.sf((max(tc * se, threshold_log) - delta) / se))
     u = (np.arange(points) + 0.5) / points
     se_hat = se * np.sqrt(st.chi2.ppf(u, df) / df)
@@ -167,8 +157,6 @@ def mde(se: float, df: float, alpha: float, power: float, threshold_log: float) 
         return threshold_log
     if not (math.isfinite(se) and (math.isfinite(df) or df == math.inf)):
         return math.inf
-    from scipy.optimize import brentq
-
     hi = threshold_log + 10 * se * max(t_quantile(1 - alpha, df), 1.0)
     while power_at(hi, se, df, alpha, threshold_log) < power:
         hi *= 2

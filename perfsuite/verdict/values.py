@@ -1,9 +1,8 @@
 """Extraction: the numbers the gate compares, read from pytest-benchmark entries written by perfsuite.
 
-The unit is a worker process. A run's value of a latency metric is the trimmed geometric mean of its processes'
-values (each process: the statistic over its own generations), so one process that was slow for its whole life
-moves a 10-process run by a tenth, and the trimmed mean drops the slowest and fastest process when there are
-at least 5. Files written before process replication have one implicit process (the run).
+A run's value of a latency metric is the trimmed geometric mean of its worker processes' values (each the statistic
+over its own generations): one process slow for its whole life moves a 10-process run by a tenth, and from 5
+processes on the slowest and the fastest are dropped. Files from before process replication have one process.
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ from perfsuite.verdict.policy import _LAT, _STATS
 
 # How a cell is measured: the two sides of an A/B must agree on these (abloop.same_cells) ...
 MEASURED_ALIKE = ("generations", "warmup_generations", "options_hash")
-# ... and two runs the gate compares on these too, fields of extra_info["measured_by"]. measured_by also records
-# "mode" and "loop" (one timed generation loop per process since 2026-12-01), deliberately not compared: the loop
-# change moved TTFT +1.9 % [-0.0, +3.6] (perfsuite ab, 71 pairs), below every threshold, and the committed
+# ... and two runs the gate compares on these too (extra_info["measured_by"]). Its "mode" and "loop" are not compared:
+# the loop change moved TTFT below every threshold (perfsuite.orchestrate.plan.measured_by) and the committed
 # baselines predate the key.
 COMPARABLE = ("profile", *MEASURED_ALIKE, "worker_processes")
 
@@ -40,9 +38,7 @@ def _sample_groups(bench: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The samples of each worker process; old files (no ``processes``) count as one process with the run's."""
     info = bench.get("extra_info") or {}
     procs = info.get("processes")
-    if isinstance(procs, list) and procs:
-        return [p.get("samples") or {} for p in procs]
-    return [info.get("samples") or {}]
+    return [p.get("samples") or {} for p in procs] if isinstance(procs, list) and procs else [info.get("samples") or {}]
 
 
 def process_values(bench: Mapping[str, Any], metric: str) -> list[float] | None:
@@ -54,10 +50,8 @@ def process_values(bench: Mapping[str, Any], metric: str) -> list[float] | None:
     out = []
     for g in _sample_groups(bench):
         units = g.get(f"{lat.group(2)}_ms")
-        if not isinstance(units, list) or not units:
-            return None
         try:
-            v = stats.statistic([float(u) for u in units], lat.group(1))
+            v = stats.statistic([float(u) for u in units], lat.group(1)) if isinstance(units, list) and units else 0.0
         except (TypeError, ValueError):
             return None
         if not (math.isfinite(v) and v > 0):
@@ -116,13 +110,10 @@ def run_value(bench: Mapping[str, Any], metric: str) -> float | None:
 
 
 def within_run_var(bench: Mapping[str, Any], metric: str) -> float | None:
-    """Variance of the run value's log (the trimmed log mean) from its own processes.
-
-    The run value drops the fastest and the slowest process, so its variance is the trimmed mean's, estimated as
-    Yuen's trimmed-mean t does (Wilcox, *Introduction to Robust Estimation*, 3.6): the winsorized variance (the cut
-    values replaced by their nearest kept neighbours) over ``(1 - 2g)^2 n``. One stalled process (a co-runner
-    preempting its threads: 4.7 ms against 1.0 ms) then no longer inflates the run's uncertainty by itself, as it
-    did with the plain variance (MDE +95 % on such a run of 10 processes)."""
+    """Variance of the run value's log (the trimmed log mean) from its own processes, as Yuen's trimmed-mean t
+    estimates it (Wilcox, *Introduction to Robust Estimation*, 3.6): the winsorized variance over ``(1 - 2g)^2 n``.
+    One stalled process (a co-runner preempting its threads: 4.7 ms against 1.0 ms) then no longer inflates the
+    run's uncertainty by itself, as the plain variance did (MDE +95 % on such a run of 10 processes)."""
     pv = process_values(bench, metric)
     if pv is None or len(pv) < 3:
         return None

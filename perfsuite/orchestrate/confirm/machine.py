@@ -1,5 +1,5 @@
 """Machine state in the verdict: is this the hardware the baselines were recorded on, and does the start-up probe
-(copy bandwidth, matmul FLOP/s; perfsuite.machine.roofline.peaks, measured at every run's start) differ from theirs beyond its
+(copy bandwidth, matmul FLOP/s: machine.roofline.peaks, measured at every run's start) differ from theirs beyond its
 noise? Pure functions of ``machine_info`` dicts; :func:`current_hardware` reads this machine."""
 
 from __future__ import annotations
@@ -57,10 +57,8 @@ def foreign_hardware(current: Mapping[str, Any], runs: Sequence[Mapping[str, Any
     base = hardware_of_run(runs[-1].get("machine_info") or {})
     diffs = [what for key, what in (("cpu_model", "CPU model"), ("flags", "instruction sets"), ("gpu_arch", "GPU arch"))
              if _differ(current.get(key), base.get(key))]
-    if not diffs:
-        return None
-    return (f"incomparable: other hardware ({' and '.join(diffs)} differ): this machine is "
-            f"{describe_hardware(current)}, the baselines were recorded on {describe_hardware(base)}")
+    return (f"incomparable: other hardware ({' and '.join(diffs)} differ): this machine is {describe_hardware(current)}"
+            f", the baselines were recorded on {describe_hardware(base)}") if diffs else None
 
 
 def probe_lines(peaks: Mapping[str, Any] | None, runs: Sequence[Mapping[str, Any]]) -> list[str]:

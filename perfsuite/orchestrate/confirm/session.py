@@ -1,14 +1,13 @@
-"""Orchestration inside a ``pytest --benchmark-compare`` session: after every cell is measured, screen each gated
-test against the stored baselines; the (test, metric)s the screen calls a regression (and, with
-``--perf-confirm-inconclusive``, inconclusive) are confirmed by ONE two-tree A/B of all their cells (perfsuite.orchestrate.abloop,
-the loop ``perfsuite ab`` runs): A = the baselines' commit in a temporary git worktree, B = this working tree as it
-is. Each test then asks :meth:`Confirmation.review` what its screened verdicts mean (perfsuite.verdict.confirm_decision).
+"""Screen, then confirm, inside a ``pytest --benchmark-compare`` session (docs/gate.md): what the screen calls a
+regression is confirmed by ONE two-tree A/B of all its cells (perfsuite.orchestrate.abloop), A = the baselines' commit
+in a temporary git worktree, B = this tree; each test then asks :meth:`Confirmation.review` what its verdicts mean.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,12 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfsuite.facts import TREE
 from perfsuite.facts.cells import cell_of
+from perfsuite.facts.errors import UsageError
+from perfsuite.facts.metrics import aggregates
 from perfsuite.facts.vocabulary import pct as _pct
 from perfsuite.orchestrate.confirm import machine
 from perfsuite.orchestrate.confirm.worktree import CannotConfirm, check_commit, temporary_worktree, toplevel
+from perfsuite.orchestrate.plan import METRIC_OF_TEST, pooled_samples, process_entry
 from perfsuite.verdict import confirm_decision as decision
+from perfsuite.verdict import outcome, sequential
 from perfsuite.verdict.confirm_config import ConfirmConfig
+from perfsuite.verdict.policy import _LAT
+from perfsuite.verdict.values import short_name, trimmed_log_mean
 
 if TYPE_CHECKING:
     from perfsuite.machine.cotenant import ThreadChoice
@@ -54,13 +60,10 @@ class Confirmation:
     summary: list[str] = field(default_factory=list)
     threads: ThreadChoice | None = None  # the A/B's, once one ran
 
-    # --------------------------------------------------------------------------------------------- per test
     def review(self, nodeid: str, verdicts: Sequence[Any], fail_msg: str | None, unsure_msg: str | None
                ) -> tuple[str | None, str | None, list[Warning]]:
         """(failure message or None, the screen's inconclusive message or None, the warnings the calling test is to
         raise) after confirmation."""
-        from perfsuite.verdict.values import short_name
-
         screened = [(v.metric, v.kind, self.findings.get((nodeid, v.metric))) for v in verdicts if not v.exact and (
             v.kind == "regression" or (v.kind == "inconclusive" and (nodeid, v.metric) in self.findings))]
         if not screened:
@@ -68,7 +71,7 @@ class Confirmation:
         out = decision.review(short_name(nodeid), screened, on_unconfirmed=self.config.on_unconfirmed,
                               fail_on_inconclusive=self.fail_on_inconclusive)
         tail = "".join("\n  " + line for line in self.probe)
-        warns = [warning_class(category)(msg + tail) for category, msg in out.warnings]
+        warns = [getattr(outcome, category)(msg + tail) for category, msg in out.warnings]
         unsure = None if out.settled else unsure_msg
         if out.failed or any(v.failed and v.exact for v in verdicts):
             lines = "".join("\n  " + line for line in out.fail)
@@ -78,7 +81,6 @@ class Confirmation:
     def summary_lines(self) -> list[str]:
         return ([self.foreign] if self.foreign else []) + self.probe + self.summary
 
-    # ------------------------------------------------------------------------------------------ the session
     def run(self, ps: Any, items: Sequence[Any], results: Mapping[str, Any], say: Callable[[str], None],
             rootpath: Path) -> None:
         gate = ps.gate
@@ -111,8 +113,7 @@ class Confirmation:
 
     def _ab(self, ps: Any, targets: list[Target], cells: list[str], budget: float, say: Callable[[str], None],
             rootpath: Path) -> dict[tuple[str, str], decision.Finding]:
-        from perfsuite.facts import TREE
-        from perfsuite.facts.errors import UsageError
+        from perfsuite.machine import cotenant
         from perfsuite.measure.worker import pool
         from perfsuite.orchestrate import abloop
 
@@ -136,8 +137,6 @@ class Confirmation:
                                 "--perf-confirm-python PATH")
         rel = src.relative_to(top)
         wanted = {(t.cell_id, t.test_metric, t.metric) for t in targets}
-        from perfsuite.machine import cotenant
-
         threads = cotenant.choose({"A": {}, "B": {}}, self.config.threads)  # before git checks A out
         say(f"perfsuite confirm: {threads.line}")
         self.threads = threads
@@ -152,13 +151,13 @@ class Confirmation:
             plans: dict[str, dict[str, Any]] = {}
             facts: dict[str, dict[str, Any]] = {}
             for s, side in sides.items():
-                what = f"A's tree (the baselines' commit {sha[:12]})" if s == "a" else "this tree"
                 try:
                     pool.probe(side)
                     plans[s] = pool.plan(side, args)
                     facts[s] = pool.probe(side, ("perfsuite.measure.worker.child", *pool.preload_modules(
                         {c["backend"] for c in plans[s]["cells"]})))
                 except pool.SideError as exc:
+                    what = f"A's tree (the baselines' commit {sha[:12]})" if s == "a" else "this tree"
                     raise CannotConfirm(f"{what} does not import: {exc}") from None
                 plans[s] = {**plans[s], "cells": [c for c in plans[s]["cells"] if c["id"] in cells]}
             try:
@@ -184,7 +183,6 @@ class Confirmation:
     def _pairs(sides: dict[str, Any], plans: dict[str, Any], cells: list[dict[str, Any]], mems: list[Any],
                budget: float, metrics: dict[str, list[str]], say: Callable[[str], None], workdir: Path,
                lockstep: bool = False) -> Any:
-        from perfsuite.facts.errors import UsageError
         from perfsuite.measure.worker import pool
         from perfsuite.orchestrate import abloop
 
@@ -215,9 +213,6 @@ class Confirmation:
 
 def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: int | None = None
             ) -> decision.Finding:
-    from perfsuite.verdict import sequential
-    from perfsuite.verdict.values import trimmed_log_mean
-
     lo, hi = m.cs.interval()
     kind = m.kind if m.kind in ("confirmed", "refuted") else "inconclusive"
     mde = sequential.mde_reached(m.cs, power) if kind == "inconclusive" else math.nan
@@ -246,13 +241,8 @@ def baseline_commit(runs: Sequence[Mapping[str, Any]]) -> str:
 
 def screen_info(cell: Any, res: Any, metric: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The parts of a test's extra_info and stats the gate reads, built like harness.PerfRun.run builds them."""
-    import statistics
-
-    from perfsuite.facts import metrics
-    from perfsuite.orchestrate.plan import pooled_samples, process_entry
-
     procs = [p for p in res.processes if metric in p.metrics]
-    info = {"cell": cell.as_dict(), "metric": metric, **metrics.aggregates(pooled_samples(procs, metric), cell.scenario),
+    info = {"cell": cell.as_dict(), "metric": metric, **aggregates(pooled_samples(procs, metric), cell.scenario),
             "generated_tokens": sum(p.metrics[metric].generated_tokens for p in procs),
             "processes": [process_entry(p, metric) for p in procs], "measured_by": dict(res.measured_by)}
     rounds = [r for p in procs for r in p.metrics[metric].rounds_s]
@@ -263,9 +253,6 @@ def screen_info(cell: Any, res: Any, metric: str) -> tuple[dict[str, Any], dict[
 
 def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusive: bool) -> list[Target]:
     """The stored-baseline verdicts every gated test will get, before the tests run: what needs confirming."""
-    from perfsuite.orchestrate.plan import METRIC_OF_TEST
-    from perfsuite.verdict.policy import _LAT
-
     out = []
     for item in items:
         if item.nodeid not in ps.gate.family:
@@ -282,13 +269,6 @@ def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusi
             if v.kind == "regression" or (inconclusive and v.kind == "inconclusive" and v.ratio is not None):
                 out.append(Target(item.nodeid, cell.id, metric, v.metric, v.kind, v.baseline_value, v.current_value))
     return out
-
-
-def warning_class(name: str) -> type[Warning]:
-    from perfsuite.verdict import outcome
-
-    return dict(GateDrift=outcome.GateDrift, GateUnconfirmed=outcome.GateUnconfirmed,
-                GateInconclusive=outcome.GateInconclusive)[name]
 
 
 def start(ps: Any, *, confirm_inconclusive: bool, python: str | None, allow_foreign: bool) -> Confirmation:

@@ -20,9 +20,6 @@ class CannotConfirm(Exception):
     """Why no A/B can confirm a stored-baseline regression, with the fix; one line."""
 
 
-SHALLOW_FIX = ("fetch the history: `git fetch --unshallow` (GitHub Actions: actions/checkout with `fetch-depth: 0`)")
-
-
 def _git(cwd: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=timeout_s)
 
@@ -45,7 +42,8 @@ def check_commit(top: Path, sha: str) -> None:
         return
     shallow = _git(top, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
     why = "this clone is shallow" if shallow else "it is not in this clone"
-    raise CannotConfirm(f"the baselines' commit {sha[:12]} is absent ({why}); {SHALLOW_FIX}, or `git fetch origin "
+    raise CannotConfirm(f"the baselines' commit {sha[:12]} is absent ({why}); fetch the history: `git fetch "
+                        "--unshallow` (GitHub Actions: actions/checkout with `fetch-depth: 0`), or `git fetch origin "
                         f"{sha}`")
 
 
