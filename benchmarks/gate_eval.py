@@ -150,8 +150,8 @@ def cmd_trees(out: Path, record: int = 0, fresh: bool = False) -> None:
             src = src.replace(DECODE_HEAD, new)
             if "burn_for" in new:
                 src = src.replace("import torch\n", "import time\n\nimport torch\n", 1)
-                src = src.replace("from perfsuite import memory\n",
-                                  "from perfsuite import memory\nfrom perfsuite.measure.backends.inject import burn_for\n", 1)
+                src = src.replace("from perfsuite.machine import memory\n",
+                                  "from perfsuite.machine import memory\nfrom perfsuite.measure.backends.inject import burn_for\n", 1)
             f.write_text(src)
             git("commit", "-qam", f"regression for gate evaluation: {msg}", cwd=tree)
         print(f"{tree}: {git('log', '-1', '--format=%h %s', cwd=tree)}")
