@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
-    from perfsuite.machine.signals import sigterm_as_interrupt
+    from perfsuite.machine.signals import Terminated, sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt():  # `timeout`, kill, a cancelled CI job: the Ctrl-C path, which cleans up
@@ -38,9 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:  # each command has stopped its processes on the way out (perfsuite.machine.external, pool)
-        from perfsuite.machine.signals import Terminated
-
+    except KeyboardInterrupt as exc:  # each command has stopped its processes on the way out (machine.external, pool)
         term = isinstance(exc, Terminated)
         print(f"perfsuite {args.command}: {'terminated (SIGTERM)' if term else 'interrupted'}", file=sys.stderr)
         return 143 if term else 130

@@ -3,13 +3,7 @@
 This module declares the hooks and fixtures and forwards each to perfsuite.adapters.pytest (options, hooks, record),
 which builds and runs the typed session (perfsuite.orchestrate.session); the outcomes (``pytest.UsageError``,
 ``pytest.exit``, a failed or skipped test) are raised here, or, for a gate verdict, in the test itself (hooks.enforce).
-
-Path from an option to a verdict, each step one layer down: ``pytest_configure`` resolves the settings (facts.config)
-and the runner class (machine), points pytest-benchmark's storage at ``baselines/<runner-class>/`` -> the first
-``perf`` fixture has every selected cell measured in fresh worker processes (orchestrate.plan -> measure) -> each
-test's PerfRun (adapters.pytest.record) records the rounds in pytest-benchmark and asks the session
-(orchestrate.session.gate_check), which asks the gate (verdict) and the confirmation -> ``pytest_sessionfinish``
-records a baseline, atomically, only when asked and only if the whole run passed (orchestrate.recording).
+The path from an option to a verdict, file by file: docs/architecture.md.
 """
 
 from __future__ import annotations

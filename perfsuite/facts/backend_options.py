@@ -1,9 +1,7 @@
-"""The backends by name, and the options each allows: ``[tool.perfsuite.backend_options.<backend>]``, checked at configure time.
-
-One table per backend name maps an option key to an :class:`Option` (type, allowed values or range, whether it
-changes the timed workload). :func:`validate` refuses an unknown key or a bad value with a message naming the key,
-what is allowed and the fix; :func:`workload_items` is what a cell's ``options_hash`` covers. This module imports
-nothing heavy (no torch, onnxruntime or vLLM): the facts below are written down with their source.
+"""The backends by name, and the options each allows (``[tool.perfsuite.backend_options.<backend>]``): one table per
+backend maps a key to an :class:`Option`. :func:`validate` refuses an unknown key or a bad value, naming the key, what
+is allowed and the fix; :func:`workload_items` is what a cell's ``options_hash`` covers. Imports nothing heavy: the
+facts below are written down with their source.
 
 To add an option: add one ``"key": Option(...)`` line to the backend's table below (``_TORCH_COMPILE``,
 ``_ORT_COMMON`` / ``_ORT_DEVICE`` / one EP's table, ``_VLLM``), then read it in the backend with
@@ -19,7 +17,8 @@ from typing import Any
 from perfsuite.facts.schema import Field as Option  # the one field type of every perfsuite table (perfsuite.schema)
 from perfsuite.facts.schema import first_unknown, toml
 
-# The backends: name -> "module:Class" (perfsuite.measure.backends.create imports the class when a cell of it runs). ONNX Runtime names carry the execution provider, as in the cell id.
+# name -> "module:Class" (perfsuite.measure.backends.create imports the class when a cell of it runs). ONNX Runtime
+# names carry the execution provider, as in the cell id.
 BACKENDS: dict[str, str] = {
     "torch": "perfsuite.measure.backends.torch_backend:TorchBackend",
     "torch-compile": "perfsuite.measure.backends.torch_backend:TorchBackend",
@@ -35,20 +34,16 @@ def known_backends() -> tuple[str, ...]:
     return tuple(BACKENDS)
 
 
-
 class OptionError(ValueError):
     """A backend option that is unknown or has a bad value; the message names the key, what is allowed, the fix."""
 
 
-# --- torch / torch-compile (perfsuite/measure/backends/torch_backend.py) ------------------------------------------------
+# --- torch / torch-compile (perfsuite/measure/backends/torch_backend.py) ---------------------------------------
 # Modes of torch 2.13.0's torch._inductor.list_mode_options(); torch.compile(mode=...) rejects any other.
 COMPILE_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-_TORCH: dict[str, Option] = {}
-_TORCH_COMPILE = {
-    "compile_mode": Option("str", "torch.compile(mode=...)", choices=COMPILE_MODES),
-}
+_TORCH_COMPILE = {"compile_mode": Option("str", "torch.compile(mode=...)", choices=COMPILE_MODES)}
 
-# --- onnxruntime-* (perfsuite/measure/backends/onnxruntime/providers.py build_session_config, backend.py load) -----------
+# --- onnxruntime-* (perfsuite/measure/backends/onnxruntime/providers.py build_session_config, backend.py load)
 OPT_LEVELS = ("disable", "basic", "extended", "all")  # = providers.OPT_LEVELS (a test keeps them equal)
 # ORT's provider-option parser maps these two names (ArenaExtendStrategy; cuda/migraphx execution_provider_info).
 ARENA_STRATEGIES = ("kNextPowerOfTwo", "kSameAsRequested")
@@ -121,7 +116,7 @@ _ORT_BACKENDS: dict[str, dict[str, Option]] = {
     },
 }
 
-# --- vllm (perfsuite/measure/backends/vllm_engine_args.py, vllm_backend.py) -------------------------------------------------
+# --- vllm (perfsuite/measure/backends/vllm_engine_args.py, vllm_backend.py) -----------------------------------
 _VLLM = {
     "max_model_len": Option("int", "EngineArgs.max_model_len (default: prompt + new tokens)", minimum=1),
     "engine_core": Option("str", "engine core in this process or its own", choices=("inproc", "process")),
@@ -142,8 +137,8 @@ _VLLM = {
                                     "largest of 128/64/32 dividing every input dimension)", choices=(32, 64, 128)),
 }
 
-# vllm-llm (perfsuite/measure/backends/vllm_llm.py): vLLM with its defaults through LLM.generate(); a subset of the engine
-# options plus the sampling temperature.
+# vllm-llm (perfsuite/measure/backends/vllm_llm.py): vLLM with its defaults through LLM.generate(); a subset of the
+# engine options plus the sampling temperature.
 _VLLM_LLM = {
     **{k: _VLLM[k] for k in ("enforce_eager", "gpu_memory_utilization", "load_format", "max_model_len",
                              "kv_cache_space_gib", "omp_threads_bind", "awq_group_size")},
@@ -152,7 +147,7 @@ _VLLM_LLM = {
 }
 
 SCHEMAS: dict[str, dict[str, Option]] = {
-    "torch": _TORCH,
+    "torch": {},
     "torch-compile": _TORCH_COMPILE,
     **_ORT_BACKENDS,
     "vllm": _VLLM,

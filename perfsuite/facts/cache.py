@@ -1,11 +1,7 @@
-"""Where artefacts derived from a model (ONNX exports, AWQ checkpoints) are cached.
-
-A cell knows its model directory, not the session's ``[tool.perfsuite] cache_dir``. A preset is materialised by
-:func:`perfsuite.facts.models.resolve` into ``<cache root>/models/<name>-<digest>/`` with a marker file, so the root the
-session chose can be read back from the model directory itself; derived artefacts then sit in the same cache.
-Precedence: an explicit root (a caller that knows the session's setting) > the root a perfsuite-materialised model
-lives in > :func:`perfsuite.facts.models.default_cache_dir` (``PERFSUITE_CACHE_DIR`` or ``~/.cache/perfsuite``).
-"""
+"""Where artefacts derived from a model (ONNX exports, AWQ checkpoints) are cached. A cell knows its model directory,
+not the session's ``cache_dir``; a preset lives in ``<cache root>/models/<name>-<digest>/`` with a marker file, so the
+root can be read back from the model directory. Precedence: an explicit root > the root a perfsuite-materialised model
+lives in > :func:`perfsuite.facts.models.default_cache_dir` (``PERFSUITE_CACHE_DIR`` or ``~/.cache/perfsuite``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""The one on-disk format of perfsuite's derived caches: a materialised preset (``<cache>/models/<name>/``), an AWQ
-checkpoint and its dequantised twin, an ONNX export and its int8 variant (``<cache>/onnx/<key>/``).
-
-An entry is a folder built in a temporary sibling (:func:`new_tmp`) and renamed into place by :func:`commit`,
-which writes the marker last. The marker is a JSON object: whatever the builder records (digest, versions,
-verification) plus ``files``, each file's size and SHA-256 (files above :data:`SHA_LIMIT` by size only). So an
-interrupted build has no marker, and a short or altered file is found by :func:`files_problem`: such an entry is
-rebuilt, never loaded. Markers written before 2026-12-02 by the model cache list bare sizes; they still read.
-"""
+"""The one on-disk format of perfsuite's derived caches (a materialised preset, an AWQ checkpoint and its twin, an
+ONNX export and its int8 variant): a folder built in a temporary sibling (:func:`new_tmp`) and renamed into place by
+:func:`commit`, which writes the marker last: whatever the builder records plus ``files``, each file's size and
+SHA-256 (above :data:`SHA_LIMIT` by size only). An interrupted build has no marker, and :func:`files_problem` finds a
+short or altered file: such an entry is rebuilt, never loaded. Markers written before 2026-12-02 by the model cache
+list bare sizes; they still read."""
 
 from __future__ import annotations
 
@@ -23,16 +20,19 @@ from typing import Any
 SHA_LIMIT = 256 << 20  # files above this are checked by size only (hashing 14 GB on every load is too slow)
 
 
+def content_sha256(path: Path | str) -> str:
+    h = hashlib.sha256()
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
 def file_record(path: Path) -> dict[str, Any]:
     size = path.stat().st_size
-    sha = None
-    if size <= SHA_LIMIT:
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        sha = h.hexdigest()
-    return {"size": size, "sha256": sha}
+    return {"size": size, "sha256": content_sha256(path) if size <= SHA_LIMIT else None}
 
 
 def read_marker(entry: Path, marker: str) -> dict[str, Any] | str:

@@ -67,11 +67,9 @@ class Cell:
 
     @property
     def options_hash(self) -> str:
-        """12 hex digits over :meth:`identity`: two runs of one cell id compare only if their hashes agree.
-
-        Options are hashed as given: ``io_binding = false`` written out and left to its default hash differently,
-        which refuses a comparison that would have been valid rather than allowing one that is not.
-        """
+        """12 hex digits over :meth:`identity`: two runs of one cell id compare only if their hashes agree. Options
+        are hashed as given (``io_binding = false`` written out and left to its default differ): a valid comparison
+        may be refused, an invalid one is never allowed."""
         return options_hash_of(self.as_dict(hashed=False))
 
     def as_dict(self, hashed: bool = True) -> dict[str, Any]:

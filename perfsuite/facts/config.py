@@ -1,9 +1,6 @@
-"""``[tool.perfsuite]`` -> frozen dataclasses, resolved once per session.
-
-Precedence, written down once: CLI option > ``PERFSUITE_*`` env > ``perfsuite_*`` ini key > ``[tool.perfsuite]``
-> dataclass default. Every invalid key or value raises :class:`ConfigError` naming the key and what is allowed;
-the plugin turns it into ``pytest.UsageError``.
-"""
+"""``[tool.perfsuite]`` -> frozen dataclasses, resolved once per session. Precedence: CLI option > ``PERFSUITE_*`` env
+> ``perfsuite_*`` ini key > ``[tool.perfsuite]`` > dataclass default. Every invalid key or value raises
+:class:`ConfigError` naming the key and what is allowed (the plugin makes it a ``pytest.UsageError``)."""
 
 from __future__ import annotations
 
@@ -56,9 +53,6 @@ class Profile:
     cells: tuple[tuple[str, str, str, str, str, int, str], ...] = ()
 
 
-ON_BUSY = ("refuse", "mark")
-
-
 @dataclass(frozen=True)
 class LoadPolicy:
     """``[tool.perfsuite.preflight]``: thresholds, in cores, above which a machine is busy, and what a recording
@@ -104,32 +98,21 @@ class Settings:
 
     def cells(self) -> list[Cell]:
         p = self.profile
-        out = []
-        for backend in self.backends:
+        axes = itertools.product(self.backends, self.models, p.dtypes, p.scenarios, p.quantizations,
+                                 p.tensor_parallel_sizes, p.attn_implementations)
+        extra = [c for c in p.cells  # a --perf-backend / --perf-model filter applies
+                 if (self.backends == p.backends or c[0] in self.backends)
+                 and (self.models == p.models or c[1] in self.models)]
+        seen: dict[str, Cell] = {}  # the first cell of each id
+        for backend, model, dtype, sc, q, tp, attn in [*axes, *extra]:
             opts = tuple(sorted(self.config.backend_options.get(backend, {}).items()))
-            for model, dtype, sc, q, tp, attn in itertools.product(
-                    self.models, p.dtypes, p.scenarios, p.quantizations, p.tensor_parallel_sizes,
-                    p.attn_implementations):
-                out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device, q, tp, attn,
-                                options=opts))
-        for backend, model, dtype, sc, q, tp, attn in p.cells:  # a --perf-backend / --perf-model filter applies
-            if (self.backends == p.backends or backend in self.backends) and \
-                    (self.models == p.models or model in self.models):
-                opts = tuple(sorted(self.config.backend_options.get(backend, {}).items()))
-                out.append(Cell(backend, model, dtype, self.config.scenarios[sc], self.device, q, tp, attn,
-                                options=opts))
-        return _dedupe(out)
+            cell = Cell(backend, model, dtype, self.config.scenarios[sc], self.device, q, tp, attn, options=opts)
+            seen.setdefault(cell.id, cell)
+        return list(seen.values())
 
 
-def _dedupe(cells: list[Cell]) -> list[Cell]:
-    seen: dict[str, Cell] = {}
-    for c in cells:
-        seen.setdefault(c.id, c)
-    return list(seen.values())
-
-
-# "history" is read by perfsuite.orchestrate.history (the run database's path), "serving" by perfsuite.measure.serving.cell (serving
-# cells' load points); listed here so they are not unknown keys.
+# "history" is read by perfsuite.orchestrate.history (the run database's path), "serving" by
+# perfsuite.measure.serving.cell (serving cells' load points); listed here so they are not unknown keys.
 _TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_options", "gate", "preflight", "history",
              "serving"}
 _PREFLIGHT_FIELDS = {
@@ -138,7 +121,7 @@ _PREFLIGHT_FIELDS = {
     "max_steal_cores": Field("float", "cores of hypervisor steal that the start tolerates", minimum=0.0,
                              maximum=1024.0),
     "load_sample_s": Field("float", "length of the start's load sample", minimum=0.05, maximum=10.0),
-    "on_busy": Field("str", "what a busy machine does to the run", choices=ON_BUSY),
+    "on_busy": Field("str", "what a busy machine does to the run", choices=("refuse", "mark")),
 }
 _SCENARIO_FIELDS = {
     "batch_size": Field("int", "requests per step", minimum=1),
@@ -226,7 +209,6 @@ def load(pyproject: Path | None, root: Path) -> PerfConfig:
 
 
 def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
-
     _expect(isinstance(raw, Mapping), "[tool.perfsuite] must be a table")
     _unknown("", set(raw), _TOP_KEYS)
     scenarios: dict[str, Scenario] = {"short": Scenario("short", 1, 64, 32)}
@@ -254,7 +236,8 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
                 kw[key] = _str_list(sec, key, pr[key], allowed)
         if "tensor_parallel_sizes" in pr:
             v = pr["tensor_parallel_sizes"]
-            _expect(isinstance(v, list) and bool(v), f"{_where(sec, 'tensor_parallel_sizes')} must be a list of integers")
+            _expect(isinstance(v, list) and bool(v),
+                    f"{_where(sec, 'tensor_parallel_sizes')} must be a list of integers")
             kw["tensor_parallel_sizes"] = tuple(_pos_int(sec, "tensor_parallel_sizes", t) for t in v)
         for k, spec in _PROFILE_INTS.items():
             if k in pr:
@@ -282,16 +265,11 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
             raise ConfigError(str(exc)) from None
     cache = raw.get("cache_dir")
     preflight = _preflight(raw.get("preflight", {}))
-    return PerfConfig(
-        root=root,
-        baselines_dir=root / str(raw.get("baselines_dir", "baselines")),
-        cache_dir=(root / cache) if cache else None,
-        scenarios=MappingProxyType(scenarios),
-        profiles=MappingProxyType(profiles),
-        backend_options=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in opts.items()}),
-        gate=MappingProxyType(dict(raw.get("gate", {}))),
-        preflight=preflight,
-    )
+    return PerfConfig(root=root, baselines_dir=root / str(raw.get("baselines_dir", "baselines")),
+                      cache_dir=(root / cache) if cache else None, scenarios=MappingProxyType(scenarios),
+                      profiles=MappingProxyType(profiles),
+                      backend_options=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in opts.items()}),
+                      gate=MappingProxyType(dict(raw.get("gate", {}))), preflight=preflight)
 
 
 def _preflight(raw: Any) -> LoadPolicy:
@@ -307,22 +285,14 @@ def _preflight(raw: Any) -> LoadPolicy:
 
 def pick(cli: Any, env_name: str, ini: Any, default: Any) -> Any:
     """CLI > env > ini > default (the pyproject default is passed in as ``default``)."""
-    if cli not in (None, "", []):
-        return cli
-    env = os.environ.get(env_name)
-    if env:
-        return env
-    if ini not in (None, "", []):
-        return ini
+    for value in (cli, os.environ.get(env_name), ini):
+        if value not in (None, "", []):
+            return value
     return default
 
 
-RUNNER_CLASS_SOURCE = "runner class (--perf-runner-class, PERFSUITE_RUNNER_CLASS or ini perfsuite_runner_class)"
-
-
 def resolve(config: PerfConfig, *, profile: str, device: str, backends: str | None, models: str | None,
-            runner_class: str, update_baselines: bool, runner_class_source: str = RUNNER_CLASS_SOURCE,
-            workers: str | int | None = None) -> Settings:
+            runner_class: str, update_baselines: bool, workers: str | int | None = None) -> Settings:
     """Validate the options against the config. Models are checked here too (config.json, no custom code) and each
     cell's scenario against its model's context; cells that do not fit are listed in ``Settings.unfit``."""
     from perfsuite.facts import models as model_registry
@@ -332,7 +302,8 @@ def resolve(config: PerfConfig, *, profile: str, device: str, backends: str | No
             f"--perf-profile {profile!r}: unknown profile; use one of {', '.join(PROFILES)}")
     _expect(device in DEVICES, f"--perf-device {device!r}: use one of {', '.join(DEVICES)} (a ROCm GPU is 'cuda')")
     try:
-        rc = valid_runner_class(runner_class, runner_class_source)
+        rc = valid_runner_class(runner_class, "runner class (--perf-runner-class, PERFSUITE_RUNNER_CLASS or ini "
+                                              "perfsuite_runner_class)")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     prof = config.profiles[profile]

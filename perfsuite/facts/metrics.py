@@ -21,12 +21,8 @@ def summarize(name: str, values_ms: Sequence[float]) -> dict[str, float]:
     """``{mean,median,p90,p99}_<name>_ms`` for one metric (ttft, tpot, itl, e2el)."""
     if not values_ms:
         return {}
-    return {
-        f"mean_{name}_ms": sum(values_ms) / len(values_ms),
-        f"median_{name}_ms": percentile(values_ms, 50),
-        f"p90_{name}_ms": percentile(values_ms, 90),
-        f"p99_{name}_ms": percentile(values_ms, 99),
-    }
+    return {f"mean_{name}_ms": sum(values_ms) / len(values_ms),
+            **{f"{stat}_{name}_ms": percentile(values_ms, q) for stat, q in (("median", 50), ("p90", 90), ("p99", 99))}}
 
 
 def aggregates(samples: Mapping[str, Sequence[float]], scenario: Any) -> dict[str, float]:

@@ -1,24 +1,17 @@
-"""What a model is, so that the gate compares a run only with runs of the same model.
-
-A cell names its model (a preset, a checkpoint directory, a hub id in the local cache); a name says nothing about
-what is in the folder. The identity, recorded in ``extra_info["measured_by"]["model"]`` beside the options hash:
+"""What a model is (a name says nothing about what is in the folder), so that the gate compares a run only with runs
+of the same model. Recorded in ``extra_info["measured_by"]["model"]``:
 
 * ``source``: ``preset`` or ``checkpoint`` (a directory or a hub snapshot).
-* ``config``: 12 hex digits. A preset: its digest (architecture, config, storage dtype, seed, materialisation
-  version; the suffix of its cache folder). A checkpoint: sha256 of its ``config.json`` without the keys that
-  only say who wrote it (``transformers_version``, ``_name_or_path`` and other ``_`` keys).
-* ``weights``: a preset: ``seeded`` (its weights are a function of the digest). A checkpoint: sha256 over the names
-  and the full contents of its ``*.safetensors`` files. Full contents, not only the headers: a same-shape
-  re-train or re-seed is another model, and values can decide speed (subnormals on a CPU, MoE routing). The file
-  is read once; its digest is cached in ``<cache>/fingerprints/`` keyed by path, size, mtime, ctime and inode, so
-  later runs only stat it (a rewrite changes ctime, which no copy tool sets back).
-* ``params`` (tensor elements; a preset's from its config, as the roofline counts them) and ``name`` (the model as
-  given) are shown, not compared: the config and weights decide them, and a moved checkpoint is the same model.
+* ``config``: a preset's digest (the suffix of its cache folder); a checkpoint's sha256 of ``config.json`` without
+  the keys that only say who wrote it (``transformers_version`` and ``_`` keys).
+* ``weights``: ``seeded`` for a preset; for a checkpoint, sha256 over the names and full contents of its
+  ``*.safetensors`` (a same-shape re-train is another model, and values can decide speed: subnormals, MoE routing),
+  cached in ``<cache>/fingerprints/`` by path, size, mtime, ctime and inode (a rewrite changes ctime).
+* ``params`` and ``name`` are shown, not compared: a moved checkpoint is the same model.
 
-Runs stored before identities (no ``measured_by["model"]``, e.g. the committed baselines) were of a preset when
-their cell's ``model`` is a preset's name (a checkpoint is recorded by its path): they stay comparable with that
-preset as long as their recorded ``model_params`` (when present) is the preset's count, so a preset whose shape
-changed since is refused. Any other run without an identity is incomparable with one that has it.
+Runs stored before identities were of a preset when their cell's ``model`` is a preset's name: they stay comparable
+with it while their recorded ``model_params`` (when present) is the preset's count. Any other run without an
+identity is incomparable with one that has it.
 """
 
 from __future__ import annotations
@@ -34,9 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.facts import identity_hash, models
-
-_CHUNK = 1 << 20
+from perfsuite.facts import cache_entry, identity_hash, models
 
 
 def of(name: str, cache_dir: Path | None = None) -> dict[str, Any]:
@@ -94,13 +85,7 @@ def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
         cached = json.loads(entry.read_text())
         if {k: cached.get(k) for k in key} == key and isinstance(cached.get("sha256"), str):
             return str(cached["sha256"])
-    h = hashlib.sha256()
-    buf = bytearray(_CHUNK)
-    view = memoryview(buf)
-    with open(real, "rb", buffering=0) as fh:
-        while n := fh.readinto(buf):
-            h.update(view[:n])
-    digest = h.hexdigest()
+    digest = cache_entry.content_sha256(real)
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs a re-hash next time
         entry.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".fp.", dir=entry.parent)
@@ -151,8 +136,8 @@ def mismatch(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[st
         return []
     if a is not None and b is not None:
         same = _key(a) == _key(b) and not a.get("error")
-        return [] if same else [f"model {describe(a)} vs {describe(b)}"]
-    if a is not None:
-        return [] if _legacy_same(a, baseline) else [f"model {describe(a)} vs {_describe_legacy(baseline)}"]
-    assert b is not None
-    return [] if _legacy_same(b, current) else [f"model {_describe_legacy(current)} vs {describe(b)}"]
+    else:  # one side recorded without an identity
+        same = _legacy_same(a, baseline) if a is not None else _legacy_same(b or {}, current)
+    cur, base = (describe(x) if x is not None else _describe_legacy(bench)
+                 for x, bench in ((a, current), (b, baseline)))
+    return [] if same else [f"model {cur} vs {base}"]

@@ -1,6 +1,5 @@
-"""A decoder model's shape, from its ``config.json``, and what one step of it reads and computes.
-
-Conventions, so the numbers can be checked by hand:
+"""A decoder model's shape, from its ``config.json``, and what one step of it reads and computes. Conventions, so the
+numbers can be checked by hand:
 
 * weights: every linear layer, norm and the LM head once per step; the embedding lookup reads B rows.
 * KV cache: K and V of every layer for the context, ``2 * layers * kv_heads * head_dim * context * batch`` elements

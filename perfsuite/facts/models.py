@@ -1,10 +1,6 @@
-"""Model presets and their materialisation.
-
-A preset is a transformers config with seeded random weights. It is materialised once into
-``<cache>/<name>-<hash>/`` (``config.json`` + ``model.safetensors`` + ``perfsuite-model.json``), keyed by a hash
-of everything that decides the bytes, so that torch, ONNX Runtime and vLLM all load byte-identical weights.
-A model may also be a local safetensors checkpoint directory, or a hub id found in the local cache only.
-Nothing here touches the network.
+"""Models by name: a preset (perfsuite.facts.presets) is materialised once into ``<cache>/models/<name>-<digest>/``
+(``config.json`` + ``model.safetensors`` + ``perfsuite-model.json``), so every backend loads byte-identical weights;
+or a local safetensors checkpoint directory, or a hub id found in the local cache only. Nothing touches the network.
 """
 
 from __future__ import annotations
@@ -41,8 +37,7 @@ class ResolvedModel:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("PERFSUITE_CACHE_DIR")
-    if env:
+    if env := os.environ.get("PERFSUITE_CACHE_DIR"):
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "perfsuite"
@@ -204,10 +199,8 @@ def _materialize(preset: Preset, target: Path) -> None:
         config = cfg_cls(**{k: v for k, v in preset.config.items() if k != "model_type"})
         config.architectures = [preset.architecture]
         torch.manual_seed(preset.seed)
-        model_cls = getattr(transformers, preset.architecture)
-        dtype = getattr(torch, preset.storage_dtype)
-        model = model_cls._from_config(config, dtype=dtype)
-        model.save_pretrained(tmp, safe_serialization=True)
+        model_cls, dtype = getattr(transformers, preset.architecture), getattr(torch, preset.storage_dtype)
+        model_cls._from_config(config, dtype=dtype).save_pretrained(tmp, safe_serialization=True)
         # an incomplete earlier attempt at target is never loaded: commit replaces it
         cache_entry.commit(tmp, target, {"name": preset.name, "digest": preset.digest,
                                          "transformers": transformers.__version__}, MARKER)

@@ -21,12 +21,9 @@ RESERVED: dict[str, str] = {
 }
 
 
-
 def validate(name: object, source: str = "runner class") -> str:
-    """``name`` if it is a usable runner class, else ValueError naming the value, the rule and the fix.
-
-    ``source`` says where the value came from (``--perf-runner-class``, ``PERFSUITE_RUNNER_CLASS`` ...).
-    """
+    """``name`` if it is a usable runner class, else ValueError naming the value, the rule and the fix; ``source``
+    says where the value came from (``--perf-runner-class``, ``PERFSUITE_RUNNER_CLASS`` ...)."""
     rule = (f"a runner class names a folder under baselines/, so it must be 1-{MAX_LENGTH} lowercase letters, "
             "digits and '-', starting and ending with a letter or digit")
     if not isinstance(name, str):

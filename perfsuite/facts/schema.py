@@ -1,11 +1,7 @@
-"""One validation mechanism for perfsuite's TOML tables: ``[tool.perfsuite]`` (perfsuite.facts.config), its gate policies
-(perfsuite.verdict.policy, perfsuite.verdict.confirm_config) and its backend options (perfsuite.facts.backend_options).
-
-A table's keys are declared as :class:`Field` values (a kind, allowed values or a range, a line of help). A field
-says whether a value is allowed (:meth:`Field.problem`) and describes what is (:meth:`Field.expects`); each table
-keeps its own message wording around those phrases (tests pin them), so one change here changes every table.
-:func:`first_unknown` is the unknown-key check all tables share. Imports nothing heavy.
-"""
+"""One validation mechanism for every TOML table perfsuite reads (docs/architecture.md): a table declares its keys as
+:class:`Field` values; a field says whether a value is allowed (:meth:`Field.problem`) and what is
+(:meth:`Field.expects`), and each table keeps its own wording around those phrases (tests pin them).
+:func:`first_unknown` is the unknown-key check all tables share. Imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -132,11 +128,6 @@ class Field:
                 return x
         return None
 
-    def in_range(self, v: Any) -> bool:
-        lo, hi = self.minimum, self.maximum
-        return ((lo is None or (v > lo if self.min_open else v >= lo))
-                and (hi is None or (v < hi if self.max_open else v <= hi)))
-
     def problem(self, v: Any) -> tuple[str, str] | None:
         """None if ``v`` is allowed, else ``(facet, phrase)``: ``("type", "an integer")``, ``("choice", 'one of
         "a", "b"')`` or ``("range", ">= 14")``, checked in that order."""
@@ -144,12 +135,11 @@ class Field:
             return "type", _TYPE_PHRASE[self.kind]
         if self.bad_choice(v) is not None:
             return "choice", "one of " + ", ".join(toml(c) for c in self.choices or ())
-        if self.kind in ("int", "float") and not self.in_range(v):
-            lo, hi = self.minimum, self.maximum
-            below = lo is not None and (v <= lo if self.min_open else v < lo)
-            side = Field(self.kind, minimum=lo, min_open=self.min_open) if below else \
-                Field(self.kind, maximum=hi, max_open=self.max_open)
-            return "range", side.bounds()  # the side it broke: ">= 14" or "<= 1"
+        lo, hi = self.minimum, self.maximum
+        if self.kind in ("int", "float") and lo is not None and (v <= lo if self.min_open else v < lo):
+            return "range", Field(self.kind, minimum=lo, min_open=self.min_open).bounds()  # the side it broke: ">= 14"
+        if self.kind in ("int", "float") and hi is not None and (v >= hi if self.max_open else v > hi):
+            return "range", Field(self.kind, maximum=hi, max_open=self.max_open).bounds()  # "<= 1"
         return None
 
     def bounds(self, words: bool = False) -> str:

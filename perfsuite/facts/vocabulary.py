@@ -1,25 +1,17 @@
-"""The one vocabulary of metric names, in vLLM's spelling (``vllm bench serve``: ``median_ttft_ms``,
-``p99_itl_ms``, ...), with their units, which way is better, which test produces them and which sample key of
-``extra_info["samples"]`` holds their per-unit values. measure, the gate, ab, the run table, history and the reports
-read names from here.
-
-Latency bases (per request / per generation, milliseconds):
+"""The one vocabulary of metric names, in vLLM's spelling (``vllm bench serve``: ``median_ttft_ms``, ``p99_itl_ms``,
+...), with their units, which way is better, which test produces them and which ``extra_info["samples"]`` key holds
+their per-unit values. Latency bases (milliseconds):
 
 * ``ttft``: time to first token — the prefill, until the first tokens are on the host.
-* ``tpot``: time per output token after the first — one value per generation: (e2el - ttft) / (n - 1); for
-  ``test_tpot``, the mean decode call of the generation.
+* ``tpot``: time per output token after the first — per generation (e2el - ttft) / (n - 1); for ``test_tpot``, the
+  mean decode call of the generation.
 * ``itl``: inter-token latency — one value per token after the first (per chunk, when serving).
 * ``e2el``: end-to-end latency — one value per generation / request.
 
-Throughputs (tokens per second, higher is better):
-
-* ``output_throughput_tokens_per_s``: output tokens over end-to-end time (vLLM's ``output_throughput``, per
-  stream: batch x new tokens / mean e2el); only ``test_e2el`` produces it.
-* ``decode_throughput_tokens_per_s``: tokens of the decode steps alone (batch / mean TPOT); ``test_tpot``. Before
-  2026-12-01 test_tpot stored this under ``output_throughput_tokens_per_s``, one key with two meanings.
-* ``prefill_throughput_tokens_per_s``: prompt tokens over TTFT; ``test_ttft`` and ``test_e2el``.
-
-Serving cells (``test_*_under_load``) add ``vllm bench serve``'s run-level keys (:data:`SERVING_KEYS`).
+Throughputs (tokens per second): ``output_throughput_tokens_per_s`` (vLLM's ``output_throughput`` per stream: batch x
+new tokens / mean e2el; only ``test_e2el``), ``decode_throughput_tokens_per_s`` (batch / mean TPOT; ``test_tpot``,
+which before 2026-12-01 stored it as output throughput), ``prefill_throughput_tokens_per_s`` (prompt tokens over
+TTFT; ``test_ttft`` and ``test_e2el``). Serving cells add ``vllm bench serve``'s run-level keys (:data:`SERVING_KEYS`).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,3 +60,32 @@ def thread_mode(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+class Progress:
+    """Progress of a long command: one rewritten line on a terminal, plain lines in CI logs."""
+
+    def __init__(self, min_interval_s: float = 0.0) -> None:
+        self.stream = sys.stderr
+        self.tty = self.stream.isatty()
+        self.min_interval_s = min_interval_s
+        self._last = 0.0
+        self._width = 0
+
+    def update(self, text: str) -> None:
+        now = time.monotonic()
+        if not self.tty and now - self._last < self.min_interval_s:
+            return
+        self._last = now
+        if self.tty:
+            self.stream.write("\r" + text + " " * (self._width - len(text)))  # blanks the rest of a longer line
+            self._width = len(text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+        self.stream.flush()

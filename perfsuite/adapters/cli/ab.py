@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command, check_locations, parse_duration, thread_mode
+from perfsuite.adapters.cli._common import Progress, add_command, check_locations, parse_duration, thread_mode
+from perfsuite.facts import config as cfg
 from perfsuite.facts.errors import UsageError
 
 
@@ -44,12 +45,13 @@ def register(sub: Any) -> None:
                        help=f"extra environment variable for {up}'s workers (repeatable)")
     p.add_argument("--threads", type=thread_mode, default="auto", metavar="auto|cell|N",
                    help="auto (default): both sides' workers run with OMP_NUM_THREADS = the free cores when another "
-                   "process holds cores, and with 1 on a machine of 2 cores (perfsuite.machine.cotenant); cell: every cell at "
-                   "its own default; N: both sides at N threads")
+                   "process holds cores, and with 1 on a machine of 2 cores (perfsuite.machine.cotenant); cell: every "
+                   "cell at its own default; N: both sides at N threads")
     p.add_argument("--zygote", choices=("shared", "per-side"), default="shared",
                    help="shared (default): every forked worker of both sides is a child of one pre-imported "
                    "interpreter (when both sides run one interpreter with one environment), so the sides differ by "
-                   "their code only; per-side: one zygote per side, as before 2026-12-04 (perfsuite.measure.worker.zygote)")
+                   "their code only; per-side: one zygote per side, as before 2026-12-04 "
+                   "(perfsuite.measure.worker.zygote)")
     p.add_argument("--pairs", choices=("lockstep", "sequential"), default="lockstep",
                    help="lockstep (default): a pair's two workers alive together, taking turns generation by "
                    "generation, so drift lands on both sides (needs both trees to support it, else sequential); "
@@ -92,8 +94,6 @@ def _tree(path: str | None, side: str) -> Path:
     p = Path(path).expanduser().resolve()
     if not p.is_dir():
         raise UsageError(f"--{side} {path}: no such directory")
-    from perfsuite.facts import config as cfg
-
     if not (p / "perfsuite" / "__init__.py").is_file() or cfg.find_pyproject(p) != p / "pyproject.toml":
         raise UsageError(f"--{side} {path}: not a perfsuite checkout (needs perfsuite/__init__.py and a "
                          "pyproject.toml with [tool.perfsuite] at its top)")
@@ -102,8 +102,7 @@ def _tree(path: str | None, side: str) -> Path:
 
 # ---------------------------------------------------------------------------------------------------- main
 def main(args: argparse.Namespace) -> int:
-    from perfsuite.adapters.cli._progress import Progress
-    from perfsuite.machine import precheck
+    from perfsuite.machine import cotenant, precheck
     from perfsuite.measure.serving import replicate as serve_replicate
     from perfsuite.measure.worker import pool
     from perfsuite.orchestrate import abloop
@@ -119,8 +118,6 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(args.config, alpha=args.alpha, ab_threshold=args.threshold, ab_margin=args.margin)
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
-    from perfsuite.machine import cotenant
-
     envs = {s: _env(getattr(args, f"{s}_env"), s) for s in ("a", "b")}
     threads = cotenant.choose({s.upper(): dict(env) for s, env in envs.items()}, args.threads)
     seed_env = cotenant.hash_seed_env({s.upper(): dict(env) for s, env in envs.items()}, random.Random(args.seed))
@@ -209,8 +206,9 @@ def main(args: argparse.Namespace) -> int:
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
               "threads": threads.as_dict(), "hash_seed": dict(seed_env).get("PYTHONHASHSEED"),
-              "zygote": "shared" if pools["a"].zygote is pools["b"].zygote else "per-side", "pairs_mode": "lockstep" if lockstep else "sequential",
-              "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
+              "zygote": "shared" if pools["a"].zygote is pools["b"].zygote else "per-side",
+              "pairs_mode": "lockstep" if lockstep else "sequential", "ab_threshold": config.ab_threshold,
+              "ab_margin": config.ab_margin,
               "budget_s": budget, "setup_s": setup_s, "pair_walls_s": list(run.pair_walls),
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
               "pairs": pairs, "verdicts": rows}
@@ -253,7 +251,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [("cell", "test", "metric", "verdict", "change", "interval", "pairs", "note")]
     for r in rows:
         ch = "n/a" if r["change"] is None else f"{r['change'] * 100:+.2f}%"
-        lines.append((r["cell"], r["test"].split("[")[0], r["metric"], r["verdict"].upper() if r["verdict"] == "regression"
-                      else r["verdict"], ch, f"[{r['ci_low'] * 100:+.2f}%, {r['ci_high'] * 100:+.2f}%]",
-                      str(r["pairs"]), r["note"]))
+        verdict = r["verdict"].upper() if r["verdict"] == "regression" else r["verdict"]
+        lines.append((r["cell"], r["test"].split("[")[0], r["metric"], verdict, ch,
+                      f"[{r['ci_low'] * 100:+.2f}%, {r['ci_high'] * 100:+.2f}%]", str(r["pairs"]), r["note"]))
     return aligned(lines)

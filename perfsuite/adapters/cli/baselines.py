@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.adapters.cli._common import add_command
+from perfsuite.facts import config as cfg
 from perfsuite.facts.errors import UsageError
 
 
@@ -48,8 +49,6 @@ def register(subparsers: Any) -> None:
 def _baselines_dir(given: str | None) -> Path:
     if given:
         return Path(given)
-    from perfsuite.facts import config as cfg
-
     try:  # no [tool.perfsuite]: the built-in default, ./baselines
         return cfg.load(cfg.find_pyproject(Path.cwd()), Path.cwd()).baselines_dir
     except cfg.ConfigError as exc:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.adapters.cli._common import add_command, check_locations, parse_duration, thread_mode
+from perfsuite.adapters.cli._common import Progress, add_command, check_locations, parse_duration, thread_mode
 from perfsuite.facts.errors import UsageError
 
 
@@ -59,7 +59,6 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perfsuite.adapters.cli._progress import Progress
     from perfsuite.facts.cells import cell_from_dict
     from perfsuite.facts.vocabulary import TIMED as METRICS
     from perfsuite.machine import cotenant

@@ -1,9 +1,6 @@
-"""``perfsuite overhead``: a decode step as the suite times it ÷ the same step in a bare timed loop.
-
-Both run in one process, interleaved block by block, so the between-process spread does not enter the ratio. The
-suite side is perfsuite.measure.loop's one generation loop, exactly as the worker processes run it; its test_tpot rounds
-(one decode call each) are compared with the bare loop's.
-"""
+"""``perfsuite overhead``: a decode step as the suite times it (perfsuite.measure.loop, as the workers run it) ÷ the
+same step in a bare timed loop. Both run in one process, interleaved block by block, so the between-process spread
+does not enter the ratio."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import statistics
 import time
 from typing import Any
 
+from perfsuite.adapters.cli._common import add_command
 from perfsuite.facts import models
 from perfsuite.facts.cells import Cell, Scenario
 from perfsuite.measure import loop as measure
@@ -19,13 +17,12 @@ from perfsuite.measure.backends.base import has_steps
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("overhead", help="measure the harness overhead on the decode step time (goal <= 1.01)")
+    p = add_command(sub, "overhead", "measure the harness overhead on the decode step time (goal <= 1.01)", None, main)
     p.add_argument("--backend", default="torch")
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--blocks", type=int, default=10, help="interleaved blocks per method (default 10)")
     p.add_argument("--generations", type=int, default=5, help="generations per block (default 5)")
     p.add_argument("--new-tokens", type=int, default=32)
-    p.set_defaults(func=main)
 
 
 def bare_decode_steps_ms(backend: Any, prompts: list[list[int]], n: int, generations: int) -> list[float]:

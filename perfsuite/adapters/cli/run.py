@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.adapters.cli._common import check_locations, project_root
+from perfsuite.facts import config as cfg
 from perfsuite.facts import runner_name
+from perfsuite.facts.errors import UsageError
 from perfsuite.facts.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, num_cell
 from perfsuite.machine import runner_class
 from perfsuite.orchestrate import baselines
@@ -60,24 +62,19 @@ def _run(root: Path, args: argparse.Namespace, out: Path) -> int:
         return code or 1
     current = json.loads(out.read_text())
     base = baselines.read_run(baselines.list_runs(base_dir)[-1]) if has_baseline and base_dir else None
-    print()
-    for line in table(current, base):
-        print(line)
     legacy = None  # this machine's runs under its pre-tier class name: name them rather than suggest recording anew
-    if base_dir is not None and not has_baseline and not (args.runner_class or os.environ.get("PERFSUITE_RUNNER_CLASS")):
+    if base_dir is not None and not has_baseline and not args.runner_class \
+            and not os.environ.get("PERFSUITE_RUNNER_CLASS"):
         legacy = baselines.legacy_folder(base_dir.parent, str(rc_name),
                                          {**runner_class.detect("cpu")[1], "detected_runner_class": rc_name})
-    for line in footnotes(current, base, rc_name, base_dir, args, legacy) + roofline_notes(current):
-        print(line)
+    lines = table(current, base) + footnotes(current, base, rc_name, base_dir, args, legacy) + roofline_notes(current)
+    print("", *lines, sep="\n")
     return code
 
 
 def _baseline_dir(root: Path, args: argparse.Namespace) -> tuple[str | None, Path | None]:
     """This machine's baseline folder as the plugin will see it: the class from --runner-class, else
     PERFSUITE_RUNNER_CLASS, else detected; validated; inside [tool.perfsuite] baselines_dir."""
-    from perfsuite.facts import config as cfg
-    from perfsuite.facts.errors import UsageError
-
     name = args.runner_class or os.environ.get("PERFSUITE_RUNNER_CLASS") or None
     if name is None and args.device == "cpu":
         name = runner_class.detect("cpu")[0]
@@ -114,9 +111,9 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     hashes are not compared). Changes are median vs the latest baseline run: an indication, not a verdict (the gate
     decides, with between-run noise; see the pytest output above). ``BW GB/s`` is the decode step's achieved
     bandwidth (bytes read per step / TPOT); ``BW %`` its fraction of the bandwidth measured on this device when
-    the run started (perfsuite.machine.roofline.peaks): of the DRAM copy, or of the LLC copy ("38%c") for a cache-resident cell
-    whose decode working set fits the last-level cache; "> peak" above the reference (:func:`roofline_notes` says
-    why), "—" where the run recorded neither."""
+    the run started (perfsuite.machine.roofline.peaks): of the DRAM copy, or of the LLC copy ("38%c") for a
+    cache-resident cell whose decode working set fits the last-level cache; "> peak" above the reference
+    (:func:`roofline_notes` says why), "—" where the run recorded neither."""
     from perfsuite.adapters.cli import _serving_table as serving  # serving cells: their own columns, vLLM's names
     from perfsuite.machine.roofline.annotate import pct
 
@@ -133,6 +130,7 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     head = (f"{'cell':<48} {'options':<12} {'TTFT p50 ms':>11} {label + ' p50 ms':>11} {label + ' p99 ms':>11} "
             f"{'tok/s':>8} {'peak MiB':>9} {'BW GB/s':>8} {'BW %':>6} {'ΔTTFT':>7} {'ΔTPOT':>7}")
     rows = [head, "-" * len(head)]
+    f = functools.partial(num_cell, fmt=".3f")
     for cell, tests in cur.items():
         t, p, e = tests.get("ttft", {}), tests.get("tpot", {}), tests.get("e2el", {})
         ti, pi, ei = t.get("extra_info", {}), p.get("extra_info", {}), e.get("extra_info", {})
@@ -140,13 +138,10 @@ def table(current: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
                   for x in (ti, pi, ei))
         # end to end (test_e2el), else decode only (test_tpot; runs before 2026-12-01 stored it as output throughput)
         tps = ei.get(OUTPUT_THROUGHPUT) or pi.get(DECODE_THROUGHPUT) or pi.get(OUTPUT_THROUGHPUT)
-
-        f = functools.partial(num_cell, fmt=".3f")
         opts = str((pi.get("cell") or ti.get("cell") or ei.get("cell") or {}).get("options_hash") or "—")[:12]
         rows.append(f"{cell:<48} {opts:<12} {f(ti.get('median_ttft_ms')):>11} {f(pi.get(f'median_{step}_ms')):>11} "
                     f"{f(pi.get(f'p99_{step}_ms')):>11} {f(tps):>8} {mem / 2**20:>9.0f} "
-                    f"{_gbs(pi.get('achieved_bandwidth_bytes_per_s')):>8} "
-                    f"{pct(pi):>6} "
+                    f"{_gbs(pi.get('achieved_bandwidth_bytes_per_s')):>8} {pct(pi):>6} "
                     f"{_change(t, old.get(cell, {}).get('ttft')):>7} {_change(p, old.get(cell, {}).get('tpot')):>7}")
     return rows + ([""] + serve_rows if serve_rows else [])
 
@@ -155,7 +150,8 @@ def roofline_notes(current: dict[str, Any]) -> list[str]:
     """What a ``BW %`` of "c", "cache" or "> peak" means, per cell (perfsuite.machine.roofline.annotate)."""
     from perfsuite.machine.roofline.annotate import table_notes
 
-    return table_notes([tests["tpot"].get("extra_info", {}) for tests in _by_cell(current).values() if "tpot" in tests])
+    return table_notes([tests["tpot"].get("extra_info", {}) for tests in _by_cell(current).values()
+                        if "tpot" in tests])
 
 
 def footnotes(current: dict[str, Any], base: dict[str, Any] | None, runner_class_name: str | None,

@@ -1,12 +1,7 @@
 """``perfsuite serve``: load points against a running OpenAI-compatible server (vLLM, SGLang, ... at ``--base-url``)
-or one it starts itself (``--start MODEL``: vLLM's server with a perfsuite model), writing one JSON.
-
-    perfsuite serve --base-url http://127.0.0.1:8000 --load poisson:2 --load poisson:4 --num-prompts 32 \\
-        --goodput "ttft:500 tpot:100" --json serve.json
-
-Metric names and definitions are ``vllm bench serve``'s (docs/serving.md). A point whose failed requests exceed
-``--max-failed-fraction`` fails the command (exit 1): a broken run is never a result.
-"""
+or one it starts itself (``--start MODEL``: vLLM's server with a perfsuite model), writing one JSON (docs/serving.md:
+examples, ``vllm bench serve``'s metric names). A point whose failed requests exceed ``--max-failed-fraction`` fails
+the command (exit 1): a broken run is never a result."""
 
 from __future__ import annotations
 
@@ -17,14 +12,15 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from perfsuite.adapters.cli._common import add_command
 from perfsuite.facts.errors import UsageError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("serve", help="serving load points (arrival rate / concurrency) against an OpenAI-compatible "
-                                     "server; vllm-bench-serve metrics as JSON")
+    p = add_command(sub, "serve", "serving load points (arrival rate / concurrency) against an OpenAI-compatible "
+                    "server; vllm-bench-serve metrics as JSON", None, main)
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--base-url", help="a running server, e.g. http://127.0.0.1:8000 (loopback only unless "
                                           "--allow-remote)")
@@ -55,7 +51,6 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds (default 600)")
     p.add_argument("--start-timeout", type=float, default=900.0, help="--start: seconds to wait for health")
     p.add_argument("--json", type=Path, help="write the result JSON here (default: stdout)")
-    p.set_defaults(func=main)
 
 
 def check_url(url: str, allow_remote: bool) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.adapters.cli._common import add_command
+from perfsuite.facts import config
 from perfsuite.facts.errors import UsageError
 
 
@@ -29,8 +30,6 @@ def register(sub: Any) -> None:
 
 
 def cell_ids(profile: str, device: str, backends: str | None, models: str | None) -> list[str]:
-    from perfsuite.facts import config
-
     root = Path.cwd()
     try:
         cfg = config.load(config.find_pyproject(root), root)

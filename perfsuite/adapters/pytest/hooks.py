@@ -1,14 +1,13 @@
-"""What the plugin's hooks and fixtures do (perfsuite.plugin only declares options and forwards to these).
-
-The functions here build and run the typed :class:`~perfsuite.orchestrate.session.PerfSession`; they do not decide how a run
-ends. A usage problem is a :class:`Refused` (the plugin turns it into ``pytest.UsageError`` while configuring, or
-``pytest.exit`` while measuring) and a gate verdict is a :class:`~perfsuite.verdict.outcome.GateOutcome` that
-:func:`enforce` raises in the calling test. Imports nothing heavy at module level (the plugin imports this module):
-the gate, the measurement plan, the preflight checks and the backends load inside the functions that need them.
-"""
+"""What the plugin's hooks and fixtures do (perfsuite.plugin declares them and forwards here): build and run the
+typed :class:`~perfsuite.orchestrate.session.PerfSession`. A usage problem is a :class:`Refused` (the plugin makes it
+``pytest.UsageError`` or ``pytest.exit``); a gate verdict is a ``GateOutcome`` that :func:`enforce` raises in the
+calling test. Imports nothing heavy at module level (the plugin imports this module)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import os
 import tempfile
 import warnings
@@ -36,7 +35,8 @@ class Refused(Exception):
 def configure(config: pytest.Config) -> None:
     """Resolve the settings and the runner class, stash the session, and (before pytest-benchmark builds its own
     session: its configure is trylast) point its storage at ``baselines/<runner-class>/``."""
-    from perfsuite.machine import kernel_probes, precheck, preflight
+    from perfsuite.machine import kernel_probes, precheck, preflight, signals
+    from perfsuite.measure.backends import inject
     from perfsuite.verdict.policy import PolicyError, parse_config
 
     pyproject = cfg.find_pyproject(config.rootpath)
@@ -51,8 +51,6 @@ def configure(config: pytest.Config) -> None:
                 raise
             rc, facts = "", {"device": device, "gpu": "none detected"}
         update = options.flag(config, "update_baselines")
-        from perfsuite.measure.backends import inject
-
         inject.fraction_from_env()  # a malformed calibration knob is a usage error before anything runs
         precheck.check_thread_env(os.environ)  # so is a thread count the runtimes would silently ignore
         kernel_probes.injected()  # and a mistyped PERFSUITE_KERNEL_PROBES (else each affected cell fails with it)
@@ -68,8 +66,6 @@ def configure(config: pytest.Config) -> None:
     session = PerfSession(settings, facts, gate_config=gate_config,
                           fail_on_inconclusive=options.flag(config, "fail_on_inconclusive"))
     config.stash[SESSION_KEY] = session
-    from perfsuite.machine import signals
-
     session.sigterm = signals.install()  # a cancelled CI job (SIGTERM) cleans up like Ctrl-C: workers, temp folders
     if settings.update_baselines:
         recording_preflight(session)
@@ -120,11 +116,9 @@ def configure_benchmark_storage(config: pytest.Config, session: PerfSession, exp
             raise Refused(f"no baseline for runner class {session.runner_class!r}: "
                           + baselines.legacy_message(old, session.runner_class))
         if not runs:
-            present = sorted(p.name for p in session.settings.config.baselines_dir.glob("*") if p.is_dir())
-            raise Refused(
-                f"no baseline for runner class {session.runner_class!r} in {session.baseline_dir}; "
-                f"record one with `pytest --perf-update-baselines` (classes present: "
-                f"{', '.join(present) or 'none'})")
+            present = ", ".join(sorted(p.name for p in session.settings.config.baselines_dir.glob("*") if p.is_dir()))
+            raise Refused(f"no baseline for runner class {session.runner_class!r} in {session.baseline_dir}; record "
+                          f"one with `pytest --perf-update-baselines` (classes present: {present or 'none'})")
         from perfsuite.verdict.screen import make_session
 
         session.gate = make_session(session.gate_config, runs)
@@ -137,8 +131,7 @@ def configure_benchmark_storage(config: pytest.Config, session: PerfSession, exp
         fd, tmp = tempfile.mkstemp(prefix="perfsuite-run-", suffix=".json")
         os.close(fd)
         os.unlink(tmp)
-        session.baseline_json = Path(tmp)
-        opt.benchmark_json = Path(tmp)
+        session.baseline_json = opt.benchmark_json = Path(tmp)
     elif session.settings.update_baselines:
         session.baseline_json = Path(opt.benchmark_json)
 
@@ -163,6 +156,8 @@ def unconfigure(session: PerfSession) -> None:
 def machine_info(session: PerfSession) -> dict[str, Any]:
     """``machine_info["perfsuite"]`` of a pytest-benchmark run: the runner class, the facts behind it, the
     machine's doctor facts, its kernels, the load check and the measured peaks."""
+    from perfsuite.machine import kernel_probes_run  # which kernels this machine had: cached, probed when recording
+
     info: dict[str, Any] = {"schema_version": baselines.SCHEMA_VERSION, "runner_class": session.runner_class,
                             "profile": session.settings.profile.name, **session.facts}
     try:
@@ -171,8 +166,6 @@ def machine_info(session: PerfSession) -> dict[str, Any]:
         info["doctor"] = doctor.machine_facts(session.settings.device)
     except Exception as exc:  # facts are context; a failing probe must not fail the run
         info["doctor"] = {"error": f"{type(exc).__name__}: {exc}"}
-    from perfsuite.machine import kernel_probes_run  # which kernels this machine had: cached, probed when recording
-
     info["kernels"] = kernel_probes_run.machine_info(probe=session.settings.update_baselines)
     if session.load is not None:
         info["preflight"] = session.load
@@ -202,6 +195,7 @@ def report_header(session: PerfSession) -> list[str]:
 # --------------------------------------------------------------------------------------------- measuring
 def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, Any]:
     """Every selected cell, measured once per session in worker processes, in a random interleaved order."""
+    from perfsuite.machine import precheck, preflight
     from perfsuite.orchestrate import plan as planning
 
     plan = planning.plan_from_items(request.session.items)
@@ -214,21 +208,15 @@ def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, A
     def progress(n: int, total: int, cell_id: str, pr: Any) -> None:
         say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {planning.describe_process(pr)}")
 
-    from perfsuite.machine import precheck, preflight
-
     try:  # the workers materialise models there: a bad cache is one line now, not a traceback in a worker
         precheck.check_locations([(*precheck.cache_location(session.settings.config.cache_dir), "folder")])
+        check_machine(session, say)
+        say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
+            + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
+        # a recording run already holds the suite lock exclusively
+        shared = preflight.SuiteLock(exclusive=False).acquire() if session.lock is None else None
     except preflight.PreflightError as exc:
         raise Refused(str(exc)) from None
-    check_machine(session, say)
-    say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
-        + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
-    shared = None
-    if session.lock is None:  # a recording run already holds it exclusively
-        try:
-            shared = preflight.SuiteLock(exclusive=False).acquire()
-        except preflight.PreflightError as exc:
-            raise Refused(str(exc)) from None
     try:
         if plan.cells and not once:
             session.peaks = planning.measure_peaks(session, plan)
@@ -249,13 +237,9 @@ def _sayer(config: pytest.Config) -> Callable[[str], None]:
     capman = config.pluginmanager.get_plugin("capturemanager")
 
     def say(line: str) -> None:
-        if tr is None:
-            return
-        if capman is not None:
-            with capman.global_and_fixture_disabled():
+        if tr is not None:
+            with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
                 tr.write_line(line)
-        else:
-            tr.write_line(line)
 
     return say
 
@@ -291,14 +275,10 @@ def enforce(outcome: GateOutcome) -> None:
 def terminal_summary(terminalreporter: Any, config: pytest.Config, session: PerfSession) -> None:
     """The gate's table (and the confirmation's lines), the ``--perf-gate-json`` file, the session's notes."""
     if session.gate is not None and config.getoption("perf_gate_json"):
-        import dataclasses
-        import json
-
         Path(config.getoption("perf_gate_json")).write_text(json.dumps(
             [dataclasses.asdict(v) for v in session.gate.verdicts], indent=1))
     if session.gate is not None:
-        lines = session.gate.summary_table() + (session.confirm.summary_lines() if session.confirm is not None
-                                                else [])
+        lines = session.gate.summary_table() + (session.confirm.summary_lines() if session.confirm is not None else [])
         if lines:
             terminalreporter.section("perfsuite regression gate")
             for line in lines:

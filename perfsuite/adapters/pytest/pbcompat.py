@@ -3,9 +3,7 @@
 pytest-benchmark has no public API for rounds timed elsewhere, for its session object or for its run tag; perfsuite
 needs all three. Everything else in perfsuite calls these small functions, and tests/unit/test_pbcompat.py pins each
 internal they rely on against the installed pytest-benchmark, so an upgrade that changes one fails there first.
-
-Imports nothing of pytest-benchmark at module level (the plugin imports this module; pytest loads pytest-benchmark
-itself as a plugin).
+Imports nothing of pytest-benchmark at module level (pytest loads it as a plugin).
 """
 
 from __future__ import annotations

@@ -35,25 +35,19 @@ class PerfRun:
         if not procs:
             enforce(GateOutcome(skip=why) if why else GateOutcome(
                 failure=f"perfsuite: no worker measured {metric} for {self.cell.id}"))
-        sc = self.cell.scenario
-        benchmark.group = f"{metric}: {sc.slug}"
+        benchmark.group = f"{metric}: {self.cell.scenario.slug}"
         info = benchmark.extra_info
         pooled = pooled_samples(procs, metric)
         first = procs[0].metrics[metric].first_tokens
-        info["cell"] = self.cell.as_dict()
-        info["metric"] = metric
-        info["runner_class"] = self.session.runner_class
+        info.update(cell=self.cell.as_dict(), metric=metric, runner_class=self.session.runner_class)
         info.update(metrics.aggregates(pooled, self.cell.scenario))
-        info["samples"] = pooled
-        info["generated_tokens"] = sum(p.metrics[metric].generated_tokens for p in procs)
-        info["processes"] = [process_entry(p, metric) for p in procs]
-        info["measured_by"] = dict(res.measured_by)
+        info.update(samples=pooled, generated_tokens=sum(p.metrics[metric].generated_tokens for p in procs),
+                    processes=[process_entry(p, metric) for p in procs], measured_by=dict(res.measured_by))
         for key in sorted({k for p in procs for k in p.metrics[metric].memory}):
             info[key] = max(p.metrics[metric].memory.get(key, 0) for p in procs)
         info["backend_info"] = procs[0].backend_info
         info.update(_roofline_info(self.session, self.cell, info))
-        info["first_tokens"] = first
-        info["tokens_agree"] = all(p.metrics[metric].first_tokens == first for p in procs)
+        info.update(first_tokens=first, tokens_agree=all(p.metrics[metric].first_tokens == first for p in procs))
         if pbcompat.is_disabled(benchmark):
             pbcompat.set_mode(benchmark, "perfsuite worker processes (pytest-benchmark disabled: nothing timed)")
             self.session.notes.append(f"perfsuite: {request.node.nodeid}: pytest-benchmark is disabled; the workload "
@@ -78,8 +72,8 @@ def _roofline_info(session: PerfSession, cell: Cell, info: dict[str, Any]) -> di
     try:
         config = models.resolve(cell.model, session.settings.config.cache_dir, materialize=False).config()
         return annotate(cell, config, info, peaks.get("copy_bandwidth_bytes_per_s"),
-                                 device_name=(info.get("backend_info") or {}).get("device_name"),
-                                 matmul_flops_per_s=peaks.get("matmul_flops_per_s"), llc_bytes=peaks.get("llc_bytes"),
-                                 cache_bandwidth_bytes_per_s=peaks.get("cache_copy_bandwidth_bytes_per_s"))
+                        device_name=(info.get("backend_info") or {}).get("device_name"),
+                        matmul_flops_per_s=peaks.get("matmul_flops_per_s"), llc_bytes=peaks.get("llc_bytes"),
+                        cache_bandwidth_bytes_per_s=peaks.get("cache_copy_bandwidth_bytes_per_s"))
     except (OSError, ValueError, KeyError, models.ModelError) as exc:
         return {"roofline_error": f"{type(exc).__name__}: {exc}"}

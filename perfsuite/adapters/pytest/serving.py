@@ -1,4 +1,4 @@
-"""A serving cell's tests: the session measures every selected serving cell once (perfsuite.measure.serving.cell.measure),
+"""A serving cell's tests: the session measures every selected serving cell once (perfsuite.measure.serving.cell);
 each test records one latency metric of one cell in pytest-benchmark (rounds = that metric per request, or per
 chunk for ITL, in seconds) with everything else in ``extra_info``, checks it against the server's /metrics and asks
 the gate, like every other cell."""
@@ -52,7 +52,8 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
     key = f"{metric}_ms"
     values = [v for rep in reps for v in rep.result["samples"].get(key, [])]
     if not values:
-        pytest_session.enforce(GateOutcome(skip=f"{cell.id}: no {metric} values (outputs of one token have no TPOT or ITL)"))
+        pytest_session.enforce(GateOutcome(skip=f"{cell.id}: no {metric} values (outputs of one token have no TPOT or "
+                                                "ITL)"))
     benchmark.group = f"{metric} under load: {cell.point.slug}"
     info = benchmark.extra_info
     info.update(cell=cell.as_dict(), metric=metric, runner_class=session.runner_class)
@@ -62,8 +63,7 @@ def record(session: PerfSession, runs: CellRuns, conf: ServingConfig, benchmark:
     for k in SERVING_THROUGHPUT:
         if all(k in m for m in per_start):
             info[k] = float(np.mean([m[k] for m in per_start]))
-    info["p99_dispatch_delay_ms"] = max(m["p99_dispatch_delay_ms"] for m in per_start)
-    info["client_cpu_share"] = max(m["client_cpu_share"] for m in per_start)
+    info.update({k: max(m[k] for m in per_start) for k in ("p99_dispatch_delay_ms", "client_cpu_share")})
     info["client_cpus"] = next((rep.result.get("client_cpus") for rep in reps if rep.result.get("client_cpus")),
                                None)  # where the load generator ran (None: where the kernel put it)
     info["samples"] = {key: values}

@@ -1,11 +1,8 @@
-"""Run history: every run's pytest-benchmark JSON (and A/B results) in one embedded SQLite database.
+"""Run history: every run's pytest-benchmark JSON (and A/B results) in one SQLite file (docs/history.md).
 
-``open_history(resolve_db(...))`` -> :class:`History`; ``ingest(db, paths)``; ``query.series_keys``,
-``query.points``, ``query.find_changes``. See docs/history.md.
-
-Where the database is, first found wins: ``--db`` > ``$PERFSUITE_HISTORY`` > ``history`` in ``[tool.perfsuite]``
-(relative to pyproject.toml) > ``$XDG_DATA_HOME/perfsuite/history.sqlite`` (``~/.local/share/...``).
-"""
+``open_history(resolve_db(...))`` -> :class:`History`; ``ingest(db, paths)``; reading: the ``query`` module. Where
+the database is, first found wins: ``--db`` > ``$PERFSUITE_HISTORY`` > ``history`` in ``[tool.perfsuite]`` (relative
+to pyproject.toml) > ``$XDG_DATA_HOME/perfsuite/history.sqlite``."""
 
 from __future__ import annotations
 
@@ -13,23 +10,13 @@ import os
 from pathlib import Path
 
 from perfsuite.facts.config import tomllib
-from perfsuite.orchestrate.history.ingest import IngestReport, ingest, parse_file
-from perfsuite.orchestrate.history.query import (
-    Finding,
-    Point,
-    SeriesKey,
-    find_changes,
-    points,
-    primary_keys,
-    series_keys,
-)
-from perfsuite.orchestrate.history.store import SCHEMA_VERSION, History, HistoryError, migrate, open_history
+from perfsuite.orchestrate.history.ingest import ingest, parse_file
+from perfsuite.orchestrate.history.store import SCHEMA_VERSION, History, HistoryError, open_history
 
 ENV = "PERFSUITE_HISTORY"
 
-__all__ = ["ENV", "SCHEMA_VERSION", "Finding", "History", "HistoryError", "IngestReport", "Point", "SeriesKey",
-           "default_db", "find_changes", "ingest", "migrate", "open_history", "parse_file", "points",
-           "primary_keys", "resolve_db", "series_keys"]
+__all__ = ["ENV", "SCHEMA_VERSION", "History", "HistoryError", "default_db", "ingest", "open_history", "parse_file",
+           "resolve_db"]
 
 
 def default_db() -> Path:

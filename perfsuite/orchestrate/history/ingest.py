@@ -1,17 +1,7 @@
-"""Run files -> rows. Every file is read and checked before anything is written, then all go in one transaction.
-
-Two kinds of file are accepted:
-
-* ``run``: perfsuite's pytest-benchmark JSON (a baseline, a nightly run, a ``--benchmark-json`` output;
-  its ``extra_info``: README.md, "What you get"). Per benchmark, every numeric vLLM-named aggregate of ``extra_info`` becomes a point
-  (process -1), and when the run was measured in worker processes (``extra_info.processes``: one dict per
-  process with its own aggregates and/or ``samples``) each process's values become points too (process 0, 1, …).
-* ``ab``: the JSON ``perfsuite ab --json`` writes: a dict with ``"kind": "ab"`` (or a ``verdicts`` list), or a
-  bare list of verdicts. Stored as it is (the document and one row per verdict, with the fields found).
-
-The same content ingested twice is one run: the key is the SHA-256 of the canonical JSON (sorted keys, no
-whitespace), so a re-formatted copy of a file is still recognised.
-"""
+"""Run files -> rows (docs/history.md, "What is in it"). Every file is read and checked before anything is written,
+then all go in one transaction. A ``run`` is perfsuite's pytest-benchmark JSON; an ``ab`` is what ``perfsuite ab
+--json`` writes (a dict with ``"kind": "ab"`` or a ``verdicts`` list, or a bare list of verdicts), stored as it is.
+The same content twice is one run: the key is the SHA-256 of the canonical JSON (sorted keys, no whitespace)."""
 
 from __future__ import annotations
 
@@ -96,14 +86,10 @@ def _utc(text: Any, path: Path) -> str:
 
 def _measured(values: Mapping[str, Any], dropped: Counter[str], where: str = "") -> dict[str, float]:
     """The finite numeric measurements of ``values`` (vLLM's names); non-finite ones are counted in ``dropped``."""
-    out = {}
-    for k, v in values.items():
-        if vocabulary.is_measurement(k):
-            dropped[where + k] += _nonfinite(v)
-            f = _num(v)
-            if f is not None:
-                out[k] = f
-    return out
+    keys = [k for k in values if vocabulary.is_measurement(k)]
+    for k in keys:
+        dropped[where + k] += _nonfinite(values[k])
+    return {k: f for k in keys if (f := _num(values[k])) is not None}
 
 
 def _samples(samples: Mapping[str, Any], dropped: Counter[str], where: str) -> dict[str, list[float]]:

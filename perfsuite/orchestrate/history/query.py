@@ -66,7 +66,7 @@ class Finding:
         return "regression" if worse else "improvement"
 
     def commit_range(self) -> str:
-        return f"{_short(self.before.commit_id)}..{_short(self.after.commit_id)}"
+        return f"{(self.before.commit_id or '?')[:10]}..{(self.after.commit_id or '?')[:10]}"
 
     def ab_commands(self, budget: str = "5m") -> list[str]:
         """Shell lines that confirm (or refute) the change by a two-tree A/B of its two commits."""
@@ -90,10 +90,6 @@ class Finding:
                 "commit_before": self.before.commit_id, "commit_after": self.after.commit_id,
                 "time_before": self.before.run_time, "time_after": self.after.run_time,
                 "ab_commands": self.ab_commands()}
-
-
-def _short(commit: str | None) -> str:
-    return commit[:10] if commit else "?"
 
 
 def series_keys(db: History, *, runner_class: str | None = None, cell: str | None = None,
@@ -131,19 +127,13 @@ def stored_process_values(db: History, key: SeriesKey, run_id: int) -> list[floa
     return [float(r[0]) for r in rows]
 
 
-def _cell_facts(db: History, key: SeriesKey, run_id: int) -> tuple[str | None, dict[str, Any]]:
-    rows = db.query("SELECT r.profile, c.cell FROM runs r JOIN results s ON s.run_id = r.id JOIN cells c ON "
-                    "c.id = s.cell WHERE r.id = ? AND c.cell_id = ? LIMIT 1", (run_id, key.cell_id))
-    if not rows:
-        return None, {}
-    return rows[0][0], json.loads(rows[0][1] or "{}")
-
-
 def find_changes(db: History, key: SeriesKey, *, window: int | None = 200, **detect: Any) -> list[Finding]:
     """Change points of one series (its last ``window`` points). Raises ``changepoint.SeriesTooShort``."""
     pts = points(db, key, last=window)
     cps = cpd.e_divisive([p.value for p in pts], **detect)
-    profile, cell = _cell_facts(db, key, pts[-1].run_id) if pts else (None, {})
+    rows = db.query("SELECT r.profile, c.cell FROM runs r JOIN results s ON s.run_id = r.id JOIN cells c ON c.id = "
+                    "s.cell WHERE r.id = ? AND c.cell_id = ? LIMIT 1", (pts[-1].run_id, key.cell_id)) if pts else []
+    profile, cell = (rows[0][0], json.loads(rows[0][1] or "{}")) if rows else (None, {})
     return [Finding(key, c, len(pts), pts[c.index - 1], pts[c.index], profile, cell.get("device"),
                     cell.get("backend"), cell.get("model")) for c in cps]
 

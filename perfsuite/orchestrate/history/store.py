@@ -1,12 +1,6 @@
-"""The history database: one SQLite file (stdlib ``sqlite3``), versioned schema, migrations, clear refusals.
-
-A file is ours when its ``PRAGMA application_id`` is :data:`APPLICATION_ID`; its schema version is
-``PRAGMA user_version``. Opening for writing migrates an older schema inside one transaction; a newer schema, a
-foreign or corrupt file, a lock held too long and a read-only file each raise :class:`HistoryError` with one line
-that names the file and the fix. Every write is one ``BEGIN IMMEDIATE`` transaction: it happens whole or not at
-all. The journal stays in rollback mode (no ``-wal`` side files), so the database is one file to copy, cache or
-upload as an artifact.
-"""
+"""The history database: one SQLite file (stdlib ``sqlite3``; docs/history.md, "Guarantees"). A file is ours when its
+``PRAGMA application_id`` is :data:`APPLICATION_ID`; its schema version is ``PRAGMA user_version``. Every write is
+one ``BEGIN IMMEDIATE`` transaction; the journal stays in rollback mode (no ``-wal`` side files): one file to copy."""
 
 from __future__ import annotations
 

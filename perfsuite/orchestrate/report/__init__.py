@@ -1,9 +1,6 @@
-"""Reports people look at: a markdown summary (``$GITHUB_STEP_SUMMARY``, PR comments) and a static HTML page with
-plots (per-cell history with change points, A/B verdicts and values, the operator coverage matrix).
-
-``write(data, out_dir)`` writes ``summary.md``, ``report.html`` and ``report.json``. Plotting needs matplotlib
-(the ``report`` extra); it is imported only when the HTML is rendered.
-"""
+"""Reports people look at (docs/report.md): ``write(data, out_dir)`` writes ``summary.md`` (for
+``$GITHUB_STEP_SUMMARY`` and PR comments), ``report.html`` (static, with plots) and ``report.json``. Plotting needs
+matplotlib (the ``report`` extra); it is imported only when the HTML is rendered."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ class ReportData:
     ab_sources: list[str] = field(default_factory=list)
     ops: dict[str, Any] | None = None
     ops_delta: list[dict[str, Any]] = field(default_factory=list)
-    serving: dict[str, list[dict[str, float]]] = field(default_factory=dict)  # perfsuite.orchestrate.report.serving_plot curves
+    serving: dict[str, list[dict[str, float]]] = field(default_factory=dict)  # serving_plot's curves
 
     @property
     def new_findings(self) -> list[query.Finding]:

@@ -25,8 +25,7 @@ def _svg(fig: Any) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
-    text = re.sub(r"^<\?xml[^>]*>\s*", "", buf.getvalue())
-    text = re.sub(r"^<!DOCTYPE[^>]*>\s*", "", text)
+    text = re.sub(r"^(<\?xml[^>]*>\s*)?(<!DOCTYPE[^>]*>\s*)?", "", buf.getvalue())
     return re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)  # RDF boilerplate, nothing to show
 
 
