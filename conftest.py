@@ -1,5 +1,6 @@
-"""Root conftest: pytester for the plugin's own tests, the hypothesis profiles (ci, nightly, gpu-smoke), and Ctrl-C
-restored when the run was started with SIGINT ignored.
+"""Root conftest: pytester for the plugin's own tests, the hypothesis profiles (ci, nightly, gpu-smoke), Ctrl-C
+restored when the run was started with SIGINT ignored, and tests/perf (the product's benchmark) in the slow tier of
+the project's own tests unless it is asked for.
 
 The perfsuite plugin itself loads through its pytest11 entry point. Nothing of perfsuite is imported at module level
 here: pytest-benchmark's own CLI (``pytest-benchmark compare``) imports this file *before* it builds a pytest Config
@@ -7,9 +8,16 @@ from pyproject.toml, and pytest then warns that the already-imported perfsuite p
 (an error under ``filterwarnings = error``).
 """
 
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+PERF = Path(__file__).resolve().parent / "tests" / "perf"
+# A bare `pytest` given one of these asks for the benchmark itself (README: `pytest --benchmark-compare` finds this
+# machine's baselines): tests/perf stays in the selected tier then, as before.
+PERF_ACTIONS = ("benchmark_compare", "benchmark_save", "benchmark_autosave", "benchmark_json", "perf_update_baselines")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -29,3 +37,27 @@ def pytest_configure(config: pytest.Config) -> None:
         load_profile()
     except ProfileError as exc:  # a mistyped PERFSUITE_HYPOTHESIS_PROFILE: one line, not a conftest traceback
         raise pytest.UsageError(f"perfsuite: {exc}") from None
+
+
+def _perf_asked_for(config: pytest.Config) -> bool:
+    """tests/perf (or a file or test in it) named on the command line (``pytest tests/perf``, ``perfsuite run``, a
+    nightly shard), or a benchmark action asked of a bare ``pytest``."""
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        for arg in config.args:
+            path = Path(config.invocation_params.dir, arg.split("::", 1)[0]).resolve()
+            if path == PERF or PERF in path.parents:
+                return True
+    return any(config.getoption(name, default=None) for name in PERF_ACTIONS)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Before ``-m`` deselects: tests/perf measures the smoke profile's matrix in ~22 worker processes (more than a
+    minute on 2 cores), an end-to-end run of the product, so the project's own ``pytest`` (testpaths) puts it in the
+    slow tier. ``pytest tests/perf``, ``perfsuite run`` and ``pytest --benchmark-compare`` run it as before, and
+    ``pytest -m slow`` runs it with the other end-to-end runs."""
+    if _perf_asked_for(config):
+        return
+    for item in items:
+        if item.path.is_relative_to(PERF):
+            item.add_marker(pytest.mark.slow)

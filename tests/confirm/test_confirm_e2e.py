@@ -131,8 +131,9 @@ def test_drift_is_refuted_and_passes_with_a_drift_warning(repo: Repo) -> None:
 
 
 def test_a_code_regression_is_confirmed_and_fails(repo: Repo) -> None:
-    backend = repo.path / "perfsuite" / "backends" / "torch_backend.py"
+    backend = repo.path / "perfsuite" / "measure" / "backends" / "torch_backend.py"
     src = backend.read_text()
+    assert DECODE in src
     backend.write_text(src.replace(DECODE, DECODE + "        __import__('time').sleep(0.02)\n"))  # uncommitted
     try:
         repo.config()
@@ -187,7 +188,7 @@ def test_baseline_commit_absent(repo: Repo, policy: str) -> None:
 def test_a_tree_that_does_not_import(repo: Repo) -> None:
     """The baselines' commit has a perfsuite whose worker cannot start: one line naming it, then the policy."""
     git(repo.path, "checkout", "-q", "-b", "broken")
-    (repo.path / "perfsuite" / "worker" / "__main__.py").write_text("raise ImportError('broken at this commit')\n")
+    (repo.path / "perfsuite" / "measure" / "worker" / "__main__.py").write_text("raise ImportError('broken at this commit')\n")
     git(repo.path, "commit", "-q", "-am", "broken worker")
     broken = git(repo.path, "rev-parse", "HEAD")
     git(repo.path, "checkout", "-q", "main")
@@ -242,7 +243,12 @@ def test_sigint_during_the_confirmation_leaves_no_worktree(repo: Repo) -> None:
     while "confirming with an A/B" not in seen and time.monotonic() < deadline and proc.poll() is None:
         seen += proc.stdout.readline()
     assert "confirming with an A/B" in seen, seen[-3000:]
-    time.sleep(8)  # inside the A/B: worktree checked out, workers running
+    # inside the A/B: worktree checked out, workers running (it used to sleep 8 s for that; now it waits for both)
+    deadline = time.monotonic() + 120
+    while not (list(repo.tmp.glob("perfsuite-confirm-*")) and workers_under(repo.path.parent)):
+        assert proc.poll() is None and time.monotonic() < deadline, seen[-3000:]
+        time.sleep(0.2)
+    time.sleep(1)
     assert list(repo.tmp.glob("perfsuite-confirm-*"))
     os.killpg(proc.pid, signal.SIGINT)
     rest = proc.stdout.read()

@@ -107,6 +107,7 @@ def test_perf_run_is_per_token_and_self_consistent(project, backend):
         assert bi["engine_start_s"] > 0
 
 
+@pytest.mark.slow  # a measuring run end to end (~7 s on 2 cores); pbcompat's disabled session is in the fast tier
 def test_benchmark_disabled_runs_the_workload_once_and_says_nothing_was_timed(project):
     """--benchmark-disable (and xdist, which disables pytest-benchmark) used to break every perf test."""
     p = project(n=3, g=2)
@@ -117,12 +118,13 @@ def test_benchmark_disabled_runs_the_workload_once_and_says_nothing_was_timed(pr
     assert "process 1/1" in out  # one worker, once
 
 
+@pytest.mark.slow  # a measuring run end to end (~14 s on 2 cores); the profile's path (test_worker_folders) is fast
 def test_benchmark_cprofile_profiles_inside_the_worker(project, monkeypatch, tmp_path):
     """The profiles reach pytest-benchmark's JSON, and the worker folder that held them is gone afterwards."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
-    p = project(n=3, g=2)
+    p = project(n=3, g=2, w=1)  # only a cell's first worker profiles: one is enough
     res = run(p, "--benchmark-cprofile=tottime", "--benchmark-json=out.json")
     res.assert_outcomes(passed=3)
     data = json.loads((p.path / "out.json").read_text())
@@ -131,6 +133,7 @@ def test_benchmark_cprofile_profiles_inside_the_worker(project, monkeypatch, tmp
     assert not list(tmp.glob("perfsuite-workers-*")), sorted(tmp.iterdir())
 
 
+@pytest.mark.slow  # a measuring run interrupted (~7 s each on 2 cores); perfsuite.machine.signals is unit-tested
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project, how, tmp_path):
     """SIGINT while workers measure: pytest reports the interrupt, nothing is recorded, no process is left

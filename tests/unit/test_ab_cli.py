@@ -139,15 +139,17 @@ def test_a_thread_count_the_runtimes_would_ignore(trees: tuple[Path, Path], caps
                                     "perfsuite/facts/config.py"])
 def test_a_syntax_error_in_a_tree_names_file_line_and_fix(trees: tuple[Path, Path], tmp_path: Path, module: str,
                                                            capsys: pytest.CaptureFixture) -> None:
-    a, _ = trees
-    b = make_tree(tmp_path / "b")
-    src = (b / module).read_text().splitlines(keepends=True)
+    """The broken tree is side A, which ab probes first: the error comes from the same probe/plan path whichever side
+    it is (``side {label}``), without probing a whole healthy side before it (~3 s of torch imports each)."""
+    _, b = trees
+    a = make_tree(tmp_path / "a")
+    src = (a / module).read_text().splitlines(keepends=True)
     at = next(i for i, line in enumerate(src) if i >= 15 and line.startswith(("def ", "class ", "@")))  # top level
     src.insert(at, "def broken(:\n")
-    (b / module).write_text("".join(src))
+    (a / module).write_text("".join(src))
     assert cli(["ab", "--a", str(a), "--b", str(b)]) == 2
     err = one_line_error(capsys)
-    assert f"side B: {b / module}, line {at + 1}: SyntaxError" in err and "fix the syntax error in that tree" in err, err
+    assert f"side A: {a / module}, line {at + 1}: SyntaxError" in err and "fix the syntax error in that tree" in err, err
     assert "install" not in err
 
 

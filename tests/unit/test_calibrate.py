@@ -64,14 +64,29 @@ def _calibrate(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_negative_pairs_are_refused(tmp_path: Path) -> None:
-    res = _calibrate(make_tree(tmp_path / "t"), "--pairs", "-1")
-    assert res.returncode == 2 and "--pairs must be >= 0" in res.stderr, res.stderr
+def _calibrate_here(tree: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                    *args: str) -> tuple[int, str]:
+    """The command in this process (its refusals come before any worker; an interpreter costs ~2 s here)."""
+    from perfsuite.cli import main
+
+    monkeypatch.chdir(tree)
+    try:
+        rc = main(["calibrate", *args])
+    except SystemExit as exc:  # argparse's usage error: what the process exits with
+        rc = exc.code if isinstance(exc.code, int) else 1
+    return rc, capsys.readouterr().err
 
 
-def test_a_thread_mode_that_is_no_count_is_refused(tmp_path: Path) -> None:
-    res = _calibrate(make_tree(tmp_path / "t"), "--threads", "two")
-    assert res.returncode == 2 and "'two'" in res.stderr and "a thread count such as 1" in res.stderr, res.stderr
+def test_negative_pairs_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    rc, err = _calibrate_here(make_tree(tmp_path / "t"), monkeypatch, capsys, "--pairs", "-1")
+    assert rc == 2 and "--pairs must be >= 0" in err, err
+
+
+def test_a_thread_mode_that_is_no_count_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    rc, err = _calibrate_here(make_tree(tmp_path / "t"), monkeypatch, capsys, "--threads", "two")
+    assert rc == 2 and "'two'" in err and "a thread count such as 1" in err, err
 
 
 @pytest.mark.slow

@@ -38,13 +38,14 @@ def test_a_pre_move_tree_is_named_by_its_own_module_paths(tmp_path: Path) -> Non
     assert pool.flat_tree(old.tree) and not pool.flat_tree(ROOT)
     assert old.module("perfsuite.measure.worker") == "perfsuite.worker"
     assert old.has("perfsuite.measure.serving.replicate") and old.has("perfsuite.measure.worker.child")
-    facts = pool.probe(old, ("perfsuite.measure.worker.child", *pool.preload_modules({"torch"})))
-    assert Path(facts["perfsuite_file"]).is_relative_to(old.tree) and not facts["import_errors"]
 
 
 @pytest.mark.slow
 def test_ab_measures_a_pre_move_tree_against_this_one(tmp_path: Path) -> None:
     old = export(PRE_MOVE, tmp_path / "old")
+    # the probe that ab runs first (an interpreter importing torch: the slow tier), by the old tree's module paths
+    facts = pool.probe(pool.Side(old, label="A"), ("perfsuite.measure.worker.child", *pool.preload_modules({"torch"})))
+    assert Path(facts["perfsuite_file"]).is_relative_to(old) and not facts["import_errors"]
     new = make_tree(tmp_path / "new")
     out = tmp_path / "ab.json"
     rc = cli(["ab", "--a", str(old), "--b", str(new), "--max-pairs", "3", "--budget", "3m", "--json", str(out)])

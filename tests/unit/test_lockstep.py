@@ -140,6 +140,7 @@ def test_which_trees_can_take_turns() -> None:
     assert abloop.pairing("sequential", {"a": {"lockstep": 1}, "b": {"lockstep": 1}})[0] is False
 
 
+@pytest.mark.slow  # two zygotes importing torch and a pair of real workers (~10 s on 2 cores): end to end
 def test_a_real_pair_takes_turns_and_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 

@@ -38,6 +38,17 @@ def exported(perfsuite_cache: Path) -> dict[str, tuple[Path, ex.ExportResult]]:
     return out
 
 
+def _seed(cache: Path, exported: dict, *names: str, models_too: bool = True) -> None:
+    """This module's models and their float32 exports (the ``exported`` fixture), copied into a test's own cache: the
+    test starts from the entries a first export leaves there (which it used to make anew, ~1 s each on 2 cores), then
+    forges or corrupts its copies. Entries are found by key and checked by content, not by where they were made."""
+    for name in names:
+        path, res = exported[name]
+        if models_too:
+            shutil.copytree(path, cache / "models" / path.name)
+        shutil.copytree(res.path.parent, cache / "onnx" / res.path.parent.name)
+
+
 def _generate(backend: Any, prompts: list[list[int]], n: int) -> list[list[int]]:
     return backend.generate(prompts, n)
 
@@ -207,10 +218,12 @@ def _checker_failure(entry: Path) -> None:
 
 @pytest.mark.parametrize("corrupt,problem", [(_corrupt_marker, "no marker"), (_truncate, "size"),
                                              (_flip_bytes, "sha256"), (_checker_failure, "onnx.checker")])
-def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, corrupt: Any, problem: str) -> None:
+def test_corrupt_cache_entry_is_rebuilt(exported: dict, tmp_path: Path, corrupt: Any, problem: str) -> None:
     path = models.resolve("tiny-opt").path  # materialised in the module cache
     spec = ex.ExportSpec(path, ex.model_digest(path))
+    _seed(tmp_path, exported, "tiny-opt", models_too=False)
     first = ex.export(spec, cache_dir=tmp_path, verify=False)
+    assert first.cache_hit
     entry = first.path.parent
     assert entries.entry_problem(entry) is None
     corrupt(entry)
@@ -248,10 +261,11 @@ def _forge(victim: Path, donor: Path) -> None:
     (victim / entries.MARKER).write_text(json.dumps(meta))
 
 
-def test_forged_entry_of_another_model_is_rebuilt(tmp_path: Path) -> None:
+def test_forged_entry_of_another_model_is_rebuilt(exported: dict, tmp_path: Path) -> None:
     """Issue 9. Before: ORT's `INVALID_ARGUMENT : Got invalid dimensions for input: past_key_values.3.key ... index: 1
     Got: 4 Expected: 8` at the first prefill, and nothing said the cache was at fault. Now the entry is compared with
     the model and rebuilt, and info() says why."""
+    _seed(tmp_path, exported, "tiny-llama", "tiny-opt")
     llama, opt = models.resolve("tiny-llama", tmp_path).path, models.resolve("tiny-opt", tmp_path).path
     first = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
     donor = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
@@ -273,10 +287,11 @@ def test_forged_entry_of_another_model_is_rebuilt(tmp_path: Path) -> None:
     assert entries.model_mismatch(first.path.parent, llama, "float32") is None
 
 
-def test_same_shape_other_weights_is_detected(tmp_path: Path) -> None:
+def test_same_shape_other_weights_is_detected(exported: dict, tmp_path: Path) -> None:
     """Same architecture, other seed: geometry agrees, the embedding initializer does not."""
     import dataclasses
 
+    _seed(tmp_path, exported, "tiny-llama")
     base = models.PRESETS["tiny-llama"]
     other = dataclasses.replace(base, name="tiny-llama-seed1", seed=1)
     target = tmp_path / "models" / f"{other.name}-{other.digest}"
@@ -291,7 +306,9 @@ def test_same_shape_other_weights_is_detected(tmp_path: Path) -> None:
     assert not again.cache_hit and "another model's weights" in again.meta["rebuilt_because"]
 
 
-def test_unreplaceable_forged_entry_says_how_to_clear_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreplaceable_forged_entry_says_how_to_clear_it(exported: dict, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    _seed(tmp_path, exported, "tiny-llama", "tiny-opt")
     llama, opt = models.resolve("tiny-llama", tmp_path).path, models.resolve("tiny-opt", tmp_path).path
     first = ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
     donor = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
@@ -302,10 +319,11 @@ def test_unreplaceable_forged_entry_says_how_to_clear_it(tmp_path: Path, monkeyp
         ex.export(ex.ExportSpec(llama, ex.model_digest(llama)), cache_dir=tmp_path, verify=False)
 
 
-def test_int8_entry_follows_its_float_entry(tmp_path: Path) -> None:
+def test_int8_entry_follows_its_float_entry(exported: dict, tmp_path: Path) -> None:
     """A quantized entry made from another float graph (its float entry was rebuilt) is quantized again."""
     from perfsuite.measure.backends.onnxruntime.quantize import quantize
 
+    _seed(tmp_path, exported, "tiny-opt")
     opt = models.resolve("tiny-opt", tmp_path).path
     f = ex.export(ex.ExportSpec(opt, ex.model_digest(opt)), cache_dir=tmp_path, verify=False)
     q1 = quantize(f)

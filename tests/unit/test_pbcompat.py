@@ -19,7 +19,7 @@ from perfsuite.adapters.pytest import pbcompat
 
 CONFTEST = """
 import pytest
-from perfsuite import pbcompat
+from perfsuite.adapters.pytest import pbcompat
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
@@ -38,7 +38,7 @@ def pytest_addoption(parser):
 TESTS = """
 import json
 import pytest
-from perfsuite import pbcompat
+from perfsuite.adapters.pytest import pbcompat
 
 def test_rounds(benchmark, request):
     assert not pbcompat.is_disabled(benchmark) and not pbcompat.session_disabled(request.config)

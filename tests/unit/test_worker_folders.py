@@ -18,10 +18,15 @@ def tmpdir_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_measuring_pool_leaves_no_folder(tmpdir_here: Path) -> None:
-    with pool.Pool(pool.this_side()) as workers:
-        job = {"kind": "peaks", "device": "cpu", "dtype": "float32", "index": 0, "label": "peaks"}
+    from perfsuite.measure.ops.shapes import canonical
+
+    with pool.Pool(pool.this_side()) as workers:  # one op cell: a job that succeeds in a forked child, in well under
+        shape = canonical()["decode"][0]          # a second (the run-start peaks job took seconds of copies)
+        job = {"kind": "op", "op": "rmsnorm", "backend": "torch", "dtype": "float32", "shape": shape.as_dict(),
+               "seed": 0, "device": "cpu", "check_kernels": True, "index": 0, "label": "op"}
         pr = workers.measure(job, fork=True, timeout_s=300)
         assert pr.error is None and workers.workdir.parent == tmpdir_here
+        assert pr.backend_info["op_result"]["status"] == "pass"
     assert not list(tmpdir_here.glob("perfsuite-workers-*"))
 
 

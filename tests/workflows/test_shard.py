@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -13,6 +14,7 @@ from perfsuite.adapters.cli.shard import cell_ids
 from perfsuite.cli import main as cli
 from perfsuite.orchestrate import shard
 
+ROOT = Path(__file__).resolve().parents[2]
 ids = st.lists(st.text("abcdefghijklmnop0123456789-", min_size=1, max_size=12), max_size=40)
 
 
@@ -48,13 +50,28 @@ def test_an_empty_shard_is_an_error_not_an_empty_k(capsys: pytest.CaptureFixture
         shard.k_expression([])
 
 
-def test_the_k_expression_collects_exactly_the_shard() -> None:
+# Collects tests/perf once per -k in one interpreter (pytest.main, one config each): the command line of each shard,
+# without paying an interpreter and its imports three times over.
+COLLECT = """
+import sys, pytest
+for expr in sys.argv[1:]:
+    print("=== shard", flush=True)
+    pytest.main(["tests/perf", "--collect-only", "-q", "-k", expr, "-p", "no:cacheprovider"])
+    sys.stdout.flush()
+"""
+
+
+def test_the_k_expression_collects_exactly_the_shard(capsys: pytest.CaptureFixture[str]) -> None:
     """pytest's -k on the bracketed ids selects the shard's tests of tests/perf and nothing else."""
+    want, exprs = {}, {}
     for i in (1, 2, 3):
-        want = shard.select(cell_ids("smoke", "cpu", None, None), i, 3)
-        expr = subprocess.run([sys.executable, "-m", "perfsuite.cli", "shard", f"{i}/3"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        out = subprocess.run([sys.executable, "-m", "pytest", "tests/perf", "--collect-only", "-q", "-k", expr,
-                              "-p", "no:cacheprovider"], capture_output=True, text=True).stdout
-        got = {line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if line.startswith("tests/perf")}
-        assert got == set(want), out[-2000:]
+        want[i] = shard.select(cell_ids("smoke", "cpu", None, None), i, 3)
+        assert cli(["shard", f"{i}/3"]) == 0
+        exprs[i] = capsys.readouterr().out.strip()
+    out = subprocess.run([sys.executable, "-c", COLLECT, *exprs.values()], cwd=ROOT, capture_output=True,
+                         text=True).stdout
+    parts = out.split("=== shard\n")[1:]
+    assert len(parts) == 3, out[-2000:]
+    for i, part in zip((1, 2, 3), parts, strict=True):
+        got = {line.split("[", 1)[1].rstrip("]") for line in part.splitlines() if line.startswith("tests/perf")}
+        assert got == set(want[i]), part[-2000:]
