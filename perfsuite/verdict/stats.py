@@ -9,10 +9,10 @@ are R runs.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import stats as st
@@ -49,17 +49,19 @@ class Estimate:
         return self.d - q * self.se, self.d + q * self.se
 
 
-def _t(df: float) -> Any:
-    """Student's t with ``df`` degrees of freedom; the normal for an infinite (or past 1e6) ``df``."""
-    return st.norm if not math.isfinite(df) or df > 1e6 else st.t(df)
+def _normal(df: float) -> bool:
+    """Student's t at an infinite (or past 1e6) ``df`` is the normal. (Calls pass ``df`` to ``st.t``'s methods: a frozen
+    ``st.t(df)`` formats its docstring on every construction, ~0.1 ms, which the MDE's root search pays thousands of
+    times per run.)"""
+    return not math.isfinite(df) or df > 1e6
 
 
 def t_quantile(p: float, df: float) -> float:
-    return float(_t(df).ppf(p))
+    return float(st.norm.ppf(p) if _normal(df) else st.t.ppf(p, df))
 
 
 def t_sf(x: float, df: float) -> float:
-    return float(_t(df).sf(x))
+    return float(st.norm.sf(x) if _normal(df) else st.t.sf(x, df))
 
 
 def between_runs(baseline: Sequence[float], current: Sequence[float], *,
@@ -144,11 +146,20 @@ def power_at(delta: float, se: float, df: float, alpha: float, threshold_log: fl
     the chi-square law of ``se_hat`` is the noncentral-t computation; plugging ``se`` in (a central t) would
     overstate the power at small df."""
     tc = t_quantile(1 - alpha, df)
-    if _t(df) is st.norm:
+    if _normal(df):
         return float(st.norm.sf((max(tc * se, threshold_log) - delta) / se))
-    u = (np.arange(points) + 0.5) / points
-    se_hat = se * np.sqrt(st.chi2.ppf(u, df) / df)
+    se_hat = se * _chi_ratio(df, points)
     return float(np.mean(st.norm.sf((np.maximum(tc * se_hat, threshold_log) - delta) / se)))
+
+
+@functools.lru_cache(maxsize=256)
+def _chi_ratio(df: float, points: int) -> np.ndarray:
+    """``sqrt(chi2_df / df)`` at ``points`` mid-quantiles: the law of ``se_hat / se``, the same for every shift (the
+    MDE's root search calls :func:`power_at` a dozen times per verdict)."""
+    u = (np.arange(points) + 0.5) / points
+    out = np.sqrt(st.chi2.ppf(u, df) / df)
+    out.flags.writeable = False
+    return out
 
 
 def mde(se: float, df: float, alpha: float, power: float, threshold_log: float) -> float:
