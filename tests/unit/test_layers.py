@@ -125,6 +125,7 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 SOURCES = {m: p.read_text() for m, p in NAMES.items()}
+GRAPH = graph(SOURCES)
 
 
 def test_the_modules_are_found() -> None:
@@ -139,28 +140,25 @@ def test_every_module_sits_in_a_layer_and_the_top_level_is_small() -> None:
 
 
 def test_no_module_imports_a_layer_above_its_own() -> None:
-    bad = upward(graph(SOURCES))
+    bad = upward(GRAPH)
     assert not bad, "\n".join(bad)
 
 
 def test_no_import_circle() -> None:
-    found = circles(graph(SOURCES))
+    found = circles(GRAPH)
     assert not found, "\n".join(" <-> ".join(c) for c in found)
 
 
 def test_the_checks_name_a_new_upward_import_and_a_new_circle() -> None:
     """The two checks above, on the real source with one import added: they must fail, naming both modules."""
-    edited = dict(SOURCES)
-    edited["perfsuite.verdict.stats"] += "\nfrom perfsuite.orchestrate import session\n"
-    assert upward(graph(edited)) == ["perfsuite.verdict.stats (layer verdict) imports perfsuite.orchestrate.session "
+    def edited(module: str, extra: str) -> dict[str, set[str]]:
+        return {**GRAPH, **graph({module: SOURCES[module] + extra})}
+
+    assert upward(edited("perfsuite.verdict.stats", "\nfrom perfsuite.orchestrate import session\n")) == ["perfsuite.verdict.stats (layer verdict) imports perfsuite.orchestrate.session "
                                      "(layer orchestrate, above it)"]
-    edited = dict(SOURCES)
-    edited["perfsuite.facts.schema"] += "\ndef f():\n    from perfsuite.facts import config\n"  # lazy counts too
-    found = circles(graph(edited))
+    found = circles(edited("perfsuite.facts.schema", "\ndef f():\n    from perfsuite.facts import config\n"))  # lazy too
     assert found and all("perfsuite.facts.schema" in c and "perfsuite.facts.config" in c for c in found), found
-    guarded = dict(SOURCES)
-    guarded["perfsuite.facts.schema"] += "\nif TYPE_CHECKING:\n    from perfsuite.facts import config\n"
-    assert not circles(graph(guarded))
+    assert not circles(edited("perfsuite.facts.schema", "\nif TYPE_CHECKING:\n    from perfsuite.facts import config\n"))
 
 
 def _violations(where: str, banned: str, allowed: tuple[str, ...] = ()) -> list[str]:
