@@ -1,0 +1,208 @@
+"""Per-operator time of a few generations under the backend's own profiler, in a fresh process of one side's tree.
+
+``python <this tree>/perfsuite/measure/opprofile.py JOB.json OUT.json`` runs as a *script* with the side's tree first
+on PYTHONPATH, so it profiles that side's code: the baselines' commit (A) usually predates this file, and older trees
+spell their modules in the flat layout (both are tried). These generations are never timed ones: the operator diff
+(perfsuite.verdict.opdiff) runs after an A/B has decided.
+
+* torch, torch-compile: ``torch.profiler`` over the generations; an operator's time is its self time (CPU), or on
+  a GPU the kernels' self device time, so the operators add up to the whole.
+* onnxruntime-*: ONNX Runtime's session profiling, switched on for every session the backend creates; an operator
+  is a node type (``op_name``), its time the node events of the profiled generations' ``model_run``s.
+* vLLM: not profiled (its model runs in the engine-core process; its torch-profiler hook writes traces there).
+
+JOB: ``cell`` (a cell dict), ``cache_dir``, ``generations``, ``warmup``, ``trace`` (path of the trace to write).
+OUT: ``tool``, ``tokens`` (generated), ``ops`` {operator: ms}, ``calls`` {operator: count}, ``trace``; or ``skip`` /
+``error`` with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _module(*names: str) -> Any:
+    """The first of ``names`` the side's tree holds (its layout: layers since 2026-12-05, flat before)."""
+    for name in names[:-1]:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    return importlib.import_module(names[-1])
+
+
+def _generate(backend: Any, prompts: list[list[int]], new_tokens: int) -> int:
+    if hasattr(backend, "generate"):
+        return sum(len(t) for t in backend.generate(prompts, new_tokens))
+    step = backend.prefill(prompts)
+    for _ in range(new_tokens - 1):
+        step = backend.decode(step.state)
+    backend.release(step.state)
+    return len(prompts) * new_tokens
+
+
+def torch_ops(run: Callable[[], int], device: str, trace: Path) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device != "cpu" else [])
+    with profile(activities=acts) as prof:
+        tokens = run()
+    prof.export_chrome_trace(str(trace))
+    ops: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for e in prof.key_averages():
+        us = e.self_device_time_total if device != "cpu" else e.self_cpu_time_total
+        if us > 0:
+            ops[e.key] = ops.get(e.key, 0.0) + us / 1e3
+            calls[e.key] = calls.get(e.key, 0) + int(e.count)
+    kind = "self device time (kernels)" if device != "cpu" else "self CPU time"
+    return {"tool": f"torch.profiler {torch.__version__}, {kind}", "tokens": tokens, "ops": ops, "calls": calls}
+
+
+class OrtSessions:
+    """Switches ONNX Runtime's profiling on for every session created while active, and counts each one's runs."""
+
+    def __init__(self, prefix: Path) -> None:
+        import onnxruntime as ort
+
+        self.ort, self.prefix = ort, prefix
+        self.made: list[Any] = []
+        self.original = ort.InferenceSession.__init__
+        self.runs_before: dict[int, int] = {}
+
+    def __enter__(self) -> OrtSessions:
+        ort, original, made = self.ort, self.original, self.made
+
+        def init(sess: Any, path: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> None:
+            so = sess_options or ort.SessionOptions()
+            so.enable_profiling = True
+            so.profile_file_prefix = str(self.prefix)
+            original(sess, path, so, *args, **kwargs)
+            sess._perfsuite_runs = 0
+            run = sess.run
+
+            def counted(*a: Any, **k: Any) -> Any:
+                sess._perfsuite_runs += 1
+                return run(*a, **k)
+
+            sess.run = counted
+            made.append(sess)
+
+        ort.InferenceSession.__init__ = init
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.ort.InferenceSession.__init__ = self.original
+
+    def mark(self) -> None:
+        """The profiled window starts now: runs so far (loading, warm-up) are left out."""
+        self.runs_before = {id(s): s._perfsuite_runs for s in self.made}
+
+    def ops(self) -> tuple[dict[str, float], dict[str, int], list[str]]:
+        ops: dict[str, float] = {}
+        calls: dict[str, int] = {}
+        files = []
+        for s in self.made:
+            files.append(s.end_profiling())
+            events = json.loads(Path(files[-1]).read_text())
+            runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+                          key=lambda e: e["ts"])[self.runs_before.get(id(s), 0):]
+            for r in runs:
+                lo, hi = r["ts"], r["ts"] + r["dur"]
+                for e in events:
+                    if e.get("cat") == "Node" and lo <= e["ts"] <= hi and str(e.get("name", "")).endswith("_kernel_time"):
+                        op = str((e.get("args") or {}).get("op_name", e["name"]))
+                        ops[op] = ops.get(op, 0.0) + e["dur"] / 1e3
+                        calls[op] = calls.get(op, 0) + 1
+        return ops, calls, files
+
+
+def profile_job(job: dict[str, Any]) -> dict[str, Any]:
+    cell_from_dict = _module("perfsuite.measure.worker.job", "perfsuite.worker.job").cell_from_dict
+    models = _module("perfsuite.facts.models", "perfsuite.models")
+    create = _module("perfsuite.measure.backends", "perfsuite.backends").create
+    cell = cell_from_dict(job["cell"])
+    if cell.backend.startswith("vllm"):
+        return {"skip": f"{cell.backend}: not profiled (vLLM runs its model in its engine-core process; its torch "
+                        "profiler hook, VLLM_TORCH_PROFILER_DIR, writes traces there and perfsuite does not read them)"}
+    import dataclasses
+
+    cache = Path(job["cache_dir"]) if job.get("cache_dir") else None
+    resolved = models.resolve(cell.model, cache)
+    cell = dataclasses.replace(cell, model_dir=resolved.path)
+    sc = cell.scenario
+    prompts = models.prompts(sc.batch_size, sc.prompt_tokens, resolved.vocab_size, cell.seed)
+    trace = Path(job["trace"])
+    gens, warm = int(job.get("generations", 3)), int(job.get("warmup", 1))
+
+    def run() -> int:
+        return sum(_generate(backend, prompts, sc.new_tokens) for _ in range(gens))
+
+    if cell.backend.startswith("onnxruntime"):
+        with OrtSessions(trace.with_suffix("")) as sessions:
+            backend = create(cell, cache)
+            backend.load()
+        try:
+            for _ in range(warm):
+                _generate(backend, prompts, sc.new_tokens)
+            sessions.mark()
+            tokens = run()
+            ops, calls, files = sessions.ops()
+        finally:
+            backend.close()
+        trace.write_text(json.dumps([e for f in files for e in json.loads(Path(f).read_text())]))
+        return {"tool": f"onnxruntime {sessions.ort.__version__} session profiling, node time", "tokens": tokens,
+                "ops": ops, "calls": calls, "trace": str(trace)}
+    backend = create(cell, cache)
+    backend.load()
+    try:
+        for _ in range(warm):
+            _generate(backend, prompts, sc.new_tokens)
+        out = torch_ops(run, cell.device, trace)
+    finally:
+        backend.close()
+    return {**out, "trace": str(trace)}
+
+
+def run(side: Any, cell: dict[str, Any], workdir: Path, label: str, *, generations: int = 3, warmup: int = 1,
+        cache_dir: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
+    """The coordinator's side: profile ``cell`` in a fresh process of ``side`` (a perfsuite.measure.worker.pool.Side):
+    this file, run as a script by the side's interpreter, with the side's tree first on PYTHONPATH."""
+    from perfsuite.machine.external import run_tool
+
+    job, out = workdir / f"profile-{label}.job.json", workdir / f"profile-{label}.out.json"
+    job.write_text(json.dumps({"cell": cell, "cache_dir": cache_dir, "generations": generations, "warmup": warmup,
+                               "trace": str(workdir / f"trace-{label}.json")}))
+    proc = run_tool([side.python, str(Path(__file__).resolve()), str(job), str(out)], timeout_s, cwd=side.tree,
+                    env=side.environ())
+    try:
+        return dict(json.loads(out.read_text()))
+    except (OSError, ValueError):
+        tail = proc.problem or (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"the profile process of side {label} ended without a result ({tail[:300]})"}
+
+
+def main(argv: list[str]) -> int:
+    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+        del sys.path[0]  # this folder holds modules named like stdlib ones; the side's tree comes first
+    if len(argv) != 2:
+        print("usage: python opprofile.py JOB.json OUT.json", file=sys.stderr)
+        return 2
+    job = json.loads(Path(argv[0]).read_text())
+    try:
+        out = profile_job(job)
+    except Exception as exc:  # reported, never raised: the diff says which side could not be profiled
+        out = {"error": f"{type(exc).__name__}: {exc}"[:600], "detail": traceback.format_exc()[-3000:]}
+    Path(argv[1]).write_text(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,152 @@
+"""``perfsuite bisect``'s search, Pinpoint-style: which first-parent commit between a good and a bad revision made it
+slower. Each step is a budgeted two-tree A/B of one commit against the known-good end, both measured now; the
+search itself is pure (the step is handed in), so every branch is tested on a scripted history.
+
+A step's answer comes from its A/B interval of log(commit / good) for the metrics the bad end regressed:
+``bad`` when the interval lies above 0 and the estimate beyond ``tau``, ``good`` when it lies below ``tau``, else
+``inconclusive``. ``tau`` is half the bad end's own change (at least the gate's A/B threshold): halfway between no
+change and the whole regression, so a commit is called by the side it is closer to. An inconclusive step is retried
+once with twice the budget; if it stays undecided the search ends with the range it narrowed to. A commit whose
+tree does not import is skipped (``git bisect skip``): the search goes on around it, and if the answer is among
+skipped commits, they are named with it.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class BisectError(Exception):
+    """Bad revisions or a history bisect cannot search; one line with the fix."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One A/B of ``commit`` (B) against the good end (A)."""
+
+    commit: str
+    verdict: str  # bad | good | inconclusive | skip
+    change: float | None = None  # B / A - 1 of the tracked metric (the worst of them)
+    low: float | None = None
+    high: float | None = None
+    pairs: int = 0
+    seconds: float = 0.0
+    budget_s: float = 0.0
+    note: str = ""  # skip: why the tree does not import; the metric the change is of
+    subject: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Result:
+    good: str
+    bad: str
+    commits: list[str]  # first-parent, oldest first, good excluded, bad included
+    steps: list[Step] = field(default_factory=list)
+    first_bad: str | None = None
+    candidates: list[str] = field(default_factory=list)  # the range the search narrowed to (first_bad among them)
+    stopped: str = ""  # found | no regression | inconclusive | interrupted | skipped
+    tau: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"good": self.good, "bad": self.bad, "first_bad": self.first_bad, "candidates": self.candidates,
+                "stopped": self.stopped, "tau": self.tau, "commits": self.commits,
+                "steps": [s.as_dict() for s in self.steps]}
+
+
+def classify(low: float, high: float, estimate: float, tau: float) -> str:
+    """Log-scale interval of log(commit / good) and the split point ``tau`` -> bad | good | inconclusive."""
+    if low > 0 and estimate > tau:
+        return "bad"
+    if high < tau:
+        return "good"
+    return "inconclusive"
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BisectError(f"git {' '.join(args)}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}")
+    return proc.stdout.strip()
+
+
+def resolve(repo: Path, rev: str, what: str) -> str:
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except BisectError:
+        raise BisectError(f"--{what} {rev!r} is not a commit of {repo}; give a sha, tag or branch (git log --oneline "
+                          "lists them)") from None
+
+
+def first_parent_commits(repo: Path, good: str, bad: str) -> list[str]:
+    """The first-parent commits after ``good`` up to ``bad``, oldest first (``good`` must be on that line)."""
+    if subprocess.run(["git", "merge-base", "--is-ancestor", good, bad], cwd=repo).returncode != 0:
+        raise BisectError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}; swap them, or pick a good "
+                          "commit on the bad one's history")
+    commits = _git(repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
+    if not commits:
+        raise BisectError(f"--good {good[:12]} and --bad {bad[:12]} are the same commit: nothing to bisect")
+    if commits[-1] != bad:
+        raise BisectError(f"--good {good[:12]} is not on the first-parent line of --bad {bad[:12]}; pick a good commit"
+                          " that `git log --first-parent` of the bad one lists")
+    return commits
+
+
+def subject(repo: Path, commit: str) -> str:
+    try:
+        return _git(repo, "log", "-1", "--format=%s", commit)
+    except BisectError:
+        return ""
+
+
+StepFn = Callable[[str, float, float | None], Step]  # (commit, budget_s, tau) -> Step
+
+
+def search(commits: Sequence[str], step: StepFn, budget_s: float, *, good: str = "", tau_floor: float = 0.01,
+           result: Result | None = None) -> Result:
+    """Binary search for the first bad commit. ``step(commit, budget_s, tau)`` runs one A/B (``tau`` None: the bad
+    end, which sets ``tau``). ``result`` is filled as the search goes (the caller keeps it on Ctrl-C)."""
+    res = result or Result(good, commits[-1], list(commits))
+
+    def run(i: int, tau: float | None) -> Step:
+        s = step(commits[i], budget_s, tau)
+        res.steps.append(s)
+        if s.verdict == "inconclusive":  # once more with twice the budget
+            s = step(commits[i], 2 * budget_s, tau)
+            res.steps.append(s)
+        return s
+
+    end = run(len(commits) - 1, None)
+    if end.verdict != "bad":
+        res.stopped = {"good": "no regression", "skip": "skipped"}.get(end.verdict, "inconclusive")
+        res.candidates = list(commits) if end.verdict == "inconclusive" else []
+        return res
+    res.tau = tau = max(tau_floor, math.log1p(end.change or 0.0) / 2)
+    lo, hi = -1, len(commits) - 1  # commits[lo] good (-1: the good end), commits[hi] bad
+    skipped: set[int] = set()
+    while True:
+        between = [i for i in range(lo + 1, hi) if i not in skipped]
+        if not between:
+            break
+        mid = min(between, key=lambda i: (abs(i - (lo + hi) / 2), i))
+        s = run(mid, tau)
+        if s.verdict == "bad":
+            hi = mid
+        elif s.verdict == "good":
+            lo = mid
+        elif s.verdict == "skip":
+            skipped.add(mid)
+        else:
+            res.stopped, res.candidates = "inconclusive", list(commits[lo + 1:hi + 1])
+            return res
+    res.candidates = list(commits[lo + 1:hi + 1])
+    res.first_bad = commits[hi] if len(res.candidates) == 1 else None
+    res.stopped = "found" if res.first_bad else "skipped"
+    return res

@@ -1,0 +1,50 @@
+"""The operator diff of a confirmed regression: a few profile pairs of one cell, A and B each in a fresh process of
+its own tree (perfsuite.measure.opprofile), in coin-flip order, after the timed A/B has decided; then the pure diff
+(perfsuite.verdict.opdiff), written as JSON with both sides' traces (chrome://tracing and Perfetto open them)."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from perfsuite.measure import opprofile
+from perfsuite.verdict import opdiff
+
+PAIRS = 5  # profile pairs per cell: about 4 s each for a tiny CPU cell (two process starts and loads)
+
+
+def operator_diff(sides: Mapping[str, Any], cell: dict[str, Any], ratio: float | None, workdir: Path,
+                  out_dir: Path | None, *, pairs: int = PAIRS, rng: random.Random | None = None,
+                  cache_dir: str | None = None, say: Callable[[str], None] | None = None) -> opdiff.OpDiff:
+    """``sides``: {"a": Side, "b": Side}. ``ratio``: the timed A/B's B / A of the cell's regressed metric. With
+    ``out_dir``, writes ``opdiff-<cell>.json`` and the traces of the first pair there."""
+    rng = rng or random.Random()
+    t0 = time.monotonic()
+    got: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for i in range(pairs):
+        prof = {s: opprofile.run(sides[s.lower()], cell, workdir, f"{cell['id']}-{s}{i}", cache_dir=cache_dir)
+                for s in rng.sample(["A", "B"], 2)}
+        got.append((prof["A"], prof["B"]))
+        if any("skip" in p or "error" in p for p in prof.values()):
+            break  # a side that cannot be profiled will not be profiled by the next pair either
+    d = opdiff.diff(got, ratio=ratio)
+    seconds = time.monotonic() - t0
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        traces: dict[str, Path] = {}
+        for side, prof in zip("AB", got[0] if got else ({}, {}), strict=True):
+            src = str(prof.get("trace") or "")
+            if src and Path(src).is_file():
+                traces[side] = out_dir / f"trace-{cell['id']}-{side}.json"
+                shutil.copyfile(src, traces[side])
+        (out_dir / f"opdiff-{cell['id']}.json").write_text(json.dumps(
+            {"cell": cell["id"], "seconds": seconds, "diff": d.as_dict(), "traces": {k: str(v) for k, v in traces.items()},
+             "pairs": [{"A": a, "B": b} for a, b in got]}, indent=1, default=str))
+    if say:
+        say(f"operator diff of {cell['id']}: {d.verdict}, {len(got)} profile pair(s) in {seconds:.0f} s")
+    return d

@@ -1,0 +1,95 @@
+"""The outputs guard: did this run generate the tokens the baselines generated?
+
+Every run records, per test, the token ids of its generations (greedy, seeded prompts): a digest of each
+generation's tokens (all prompts), and the tokens of the first generation, which locate a difference. The gate
+compares them with the newest comparable baseline run that recorded them (same runner class, model identity and
+options): other tokens fail the test as *outputs changed*, naming the prompt, the position and both tokens, and a
+faster run with other outputs is never an improvement.
+
+A backend whose tokens are not bit-identical from run to run on a runner class gets a measured tolerance: the first
+``first_n`` tokens of each prompt must agree (``TOLERANCE``; the evidence is named with each entry). Every backend not
+listed is held to every token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# backend -> (first_n, evidence). Empty: every backend measured so far generated identical tokens in every process and
+# run on the CPU runner classes (docs/gate.md, "Outputs guard").
+TOLERANCE: dict[str, tuple[int, str]] = {}
+
+
+def digest(tokens: Sequence[Sequence[int]]) -> str:
+    """16 hex digits of one generation's tokens, all prompts in order."""
+    return hashlib.sha256(json.dumps([list(map(int, t)) for t in tokens]).encode()).hexdigest()[:16]
+
+
+def record(generations: Sequence[Sequence[Sequence[int]]]) -> dict[str, Any]:
+    """``extra_info["outputs"]`` of one test: each generation's digest and the first generation's tokens."""
+    digests = [digest(g) for g in generations]
+    return {"digests": digests, "tokens": [list(map(int, t)) for t in generations[0]] if generations else [],
+            "agree": len(set(digests)) <= 1}
+
+
+def merge(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One test's outputs over its worker processes: every process's digests, the first process's tokens."""
+    records = [r for r in records if r]
+    digests = [d for r in records for d in r.get("digests", [])]
+    return {"digests": sorted(set(digests)), "tokens": records[0].get("tokens", []) if records else [],
+            "agree": len(set(digests)) <= 1}
+
+
+@dataclass(frozen=True)
+class OutputsCheck:
+    kind: str  # same | changed | unknown
+    message: str = ""
+    prompt: int | None = None
+    position: int | None = None
+    baseline_token: int | None = None
+    token: int | None = None
+
+
+def first_difference(base: Sequence[Sequence[int]], cur: Sequence[Sequence[int]], first_n: int | None = None
+                     ) -> tuple[int, int, int | None, int | None] | None:
+    """(prompt, position, baseline token, this run's token) of the first difference within ``first_n`` tokens of
+    each prompt (None: all), or None when they agree; a missing token is None."""
+    for p in range(max(len(base), len(cur))):
+        b = list(base[p]) if p < len(base) else []
+        c = list(cur[p]) if p < len(cur) else []
+        n = max(len(b), len(c)) if first_n is None else min(first_n, max(len(b), len(c)))
+        for i in range(n):
+            bt = b[i] if i < len(b) else None
+            ct = c[i] if i < len(c) else None
+            if bt != ct:
+                return p, i, bt, ct
+    return None
+
+
+def check(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None, backend: str) -> OutputsCheck:
+    """This test's outputs against one comparable baseline run's (both ``extra_info["outputs"]``)."""
+    if not current or not current.get("tokens"):
+        return OutputsCheck("unknown", "this run recorded no outputs")
+    if not baseline or not baseline.get("tokens"):
+        return OutputsCheck("unknown", "the baseline runs recorded no outputs (recorded before the outputs guard; "
+                                       "re-record them to guard outputs)")
+    first_n, evidence = TOLERANCE.get(backend, (None, ""))
+    if first_n is None and set(current.get("digests", [])) == set(baseline.get("digests", [])) \
+            and current["tokens"] == baseline["tokens"]:
+        return OutputsCheck("same")
+    diff = first_difference(baseline["tokens"], current["tokens"], first_n)
+    if diff is None and (first_n is not None or current["tokens"] == baseline["tokens"]):
+        if first_n is None:  # the first generations agree, a later one does not
+            return OutputsCheck("changed", "outputs changed: a later generation's tokens differ from the baselines' "
+                                           f"(digests {sorted(current.get('digests', []))} vs "
+                                           f"{sorted(baseline.get('digests', []))})")
+        return OutputsCheck("same", f"first {first_n} tokens of each prompt agree ({evidence})")
+    assert diff is not None
+    p, i, bt, ct = diff
+    scope = f" (within the first {first_n} tokens: {evidence})" if first_n is not None else ""
+    return OutputsCheck("changed", f"outputs changed: prompt {p}, token {i}: {bt} in the baselines, {ct} in this "
+                                   f"run{scope}", p, i, bt, ct)

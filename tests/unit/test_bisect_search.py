@@ -1,0 +1,118 @@
+"""perfsuite bisect's search on scripted histories: the step is a script of A/B answers, so every branch (found,
+skips, an inconclusive step retried and then the narrowed range, no regression) runs without measuring anything."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perfsuite.orchestrate import bisect
+
+COMMITS = [f"c{i}" for i in range(1, 17)]  # 16 commits after the good one, oldest first
+
+
+def scripted(first_bad: int, *, size: float = 0.05, skip: set[str] | None = None,
+             undecided: dict[str, int] | None = None):
+    """A step answering as an A/B would on a history whose commit ``first_bad`` (1-based) is ``size`` slower:
+    ``skip`` trees do not import; ``undecided[c]`` answers inconclusive that many times first."""
+    calls: list[tuple[str, float, float | None]] = []
+    undecided = dict(undecided or {})
+
+    def step(commit: str, budget: float, tau: float | None) -> bisect.Step:
+        calls.append((commit, budget, tau))
+        if commit in (skip or set()):
+            return bisect.Step(commit, "skip", note="SyntaxError: invalid syntax")
+        if undecided.get(commit, 0) > 0:
+            undecided[commit] -= 1
+            return bisect.Step(commit, "inconclusive", 0.02, -0.03, 0.07, pairs=20, budget_s=budget)
+        bad = int(commit[1:]) >= first_bad
+        change = size if bad else 0.0
+        est, half = math.log1p(change), 0.01
+        verdict = "bad" if tau is None and bad else bisect.classify(est - half, est + half, est, tau or 0.0)
+        return bisect.Step(commit, verdict, change, math.expm1(est - half), math.expm1(est + half), 20, 30.0, budget)
+
+    return step, calls
+
+
+@pytest.mark.parametrize("first_bad", [1, 2, 3, 8, 9, 15, 16])
+def test_the_first_bad_commit_is_found_in_log2_steps(first_bad: int) -> None:
+    step, calls = scripted(first_bad)
+    res = bisect.search(COMMITS, step, 120.0, good="g")
+    assert res.stopped == "found" and res.first_bad == f"c{first_bad}" and res.candidates == [f"c{first_bad}"]
+    assert calls[0] == ("c16", 120.0, None)  # the bad end first: it sets tau
+    assert res.tau == pytest.approx(math.log1p(0.05) / 2)
+    assert len(calls) <= 1 + math.ceil(math.log2(len(COMMITS)))
+    assert [s.commit for s in res.steps] == [c for c, _, _ in calls]
+
+
+def test_a_tree_that_does_not_import_is_skipped_and_the_search_goes_around_it() -> None:
+    step, calls = scripted(9, skip={"c8", "c9"})
+    res = bisect.search(COMMITS, step, 60.0)
+    assert res.stopped == "skipped" and res.first_bad is None
+    assert res.candidates == ["c8", "c9", "c10"]  # as git bisect: one of the skipped, or the first known bad one
+    step, _ = scripted(10, skip={"c8"})
+    res = bisect.search(COMMITS, step, 60.0)
+    assert res.first_bad == "c10" and any(s.verdict == "skip" for s in res.steps)
+
+
+def test_an_inconclusive_step_is_retried_with_twice_the_budget() -> None:
+    step, calls = scripted(5, undecided={"c8": 1})
+    res = bisect.search(COMMITS, step, 60.0)
+    assert res.first_bad == "c5"
+    retried = [(c, b) for c, b, _ in calls if c == "c8"]
+    assert retried == [("c8", 60.0), ("c8", 120.0)]
+
+
+def test_a_step_undecided_twice_ends_the_search_with_the_range_it_narrowed_to() -> None:
+    step, calls = scripted(5, undecided={"c4": 2})
+    res = bisect.search(COMMITS, step, 60.0)
+    assert res.stopped == "inconclusive" and res.first_bad is None
+    assert res.candidates and "c5" in res.candidates and len(res.candidates) < len(COMMITS)
+    assert res.candidates == COMMITS[COMMITS.index(res.candidates[0]):COMMITS.index(res.candidates[-1]) + 1]
+
+
+def test_no_regression_at_the_bad_end_stops_at_once() -> None:
+    def step(commit: str, budget: float, tau: float | None) -> bisect.Step:
+        return bisect.Step(commit, "good", 0.001, -0.01, 0.012)
+
+    res = bisect.search(COMMITS, step, 60.0)
+    assert res.stopped == "no regression" and len(res.steps) == 1 and res.first_bad is None
+
+
+def test_classify_splits_at_tau() -> None:
+    tau = math.log1p(0.025)
+    assert bisect.classify(0.01, 0.08, 0.05, tau) == "bad"
+    assert bisect.classify(-0.01, 0.02, 0.005, tau) == "good"
+    assert bisect.classify(-0.01, 0.06, 0.02, tau) == "inconclusive"
+
+
+def _repo(tmp_path: Path) -> tuple[Path, list[str]]:
+    r = tmp_path / "repo"
+    r.mkdir()
+    git = lambda *a: subprocess.run(["git", *a], cwd=r, check=True, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    shas = []
+    for i in range(4):
+        (r / "f").write_text(str(i))
+        git("add", "f")
+        git("commit", "-qm", f"commit {i}")
+        shas.append(git("rev-parse", "HEAD"))
+    return r, shas
+
+
+def test_first_parent_commits_and_bad_revisions(tmp_path: Path) -> None:
+    repo, shas = _repo(tmp_path)
+    assert bisect.first_parent_commits(repo, shas[0], shas[3]) == shas[1:]
+    assert bisect.resolve(repo, "HEAD~3", "good") == shas[0]
+    assert bisect.subject(repo, shas[2]) == "commit 2"
+    with pytest.raises(bisect.BisectError, match="not a commit of"):
+        bisect.resolve(repo, "nope", "good")
+    with pytest.raises(bisect.BisectError, match=r"not an ancestor.*swap them"):
+        bisect.first_parent_commits(repo, shas[3], shas[0])
+    with pytest.raises(bisect.BisectError, match="the same commit"):
+        bisect.first_parent_commits(repo, shas[2], shas[2])
