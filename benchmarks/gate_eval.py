@@ -38,11 +38,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 BACKEND_FILE = "perfsuite/measure/backends/torch_backend.py"
 DECODE_HEAD = '''    @torch.inference_mode()
-    def decode(self, state: _State) -> StepResult:
-        out = self.model(input_ids=state.last[:, None], past_key_values=state.past, use_cache=True)
+    def _step(self, ids: torch.Tensor, past: Any) -> StepResult:
+        out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
         nxt = out.logits[:, -1, :].argmax(dim=-1)
         tokens = nxt.tolist()
 '''
+LOAD_LINE = "model = load_torch_model(self.cell.model_dir, self.cell.dtype, self.cell.attn_implementation)"
 
 
 def _spin(fraction: float) -> tuple[str, str]:
@@ -52,8 +53,8 @@ def _spin(fraction: float) -> tuple[str, str]:
     return new, f"decode spins {fraction:.0%} of each step on the host"
 
 
-# name -> (replacement of DECODE_HEAD, commit message)
-REGRESSIONS: dict[str, tuple[str, str]] = {
+# name -> (replacement of DECODE_HEAD, commit message), or (text replaced, replacement, commit message)
+REGRESSIONS: dict[str, tuple[str, ...]] = {
     "spin02": _spin(0.02),
     "spin05": _spin(0.05),
     "spin10": _spin(0.10),
@@ -61,6 +62,13 @@ REGRESSIONS: dict[str, tuple[str, str]] = {
     # view tracking come back on every op)
     "nograd": (DECODE_HEAD.replace("@torch.inference_mode()", "@torch.no_grad()"),
                "decode under torch.no_grad() instead of torch.inference_mode()"),
+    # the model loaded with eager attention instead of the configured SDPA (issue 38's regression)
+    "eager": (LOAD_LINE, LOAD_LINE.replace("self.cell.attn_implementation)", '"eager")'),
+              "load the model with eager attention instead of the configured SDPA"),
+    # same cost, other tokens: every step picks argmax + 1 (the outputs guard's case)
+    "argmax1": (DECODE_HEAD.replace("nxt = out.logits[:, -1, :].argmax(dim=-1)",
+                                    "nxt = (out.logits[:, -1, :].argmax(dim=-1) + 1) % out.logits.shape[-1]"),
+                "each step picks the token after the argmax (same cost, other tokens)"),
 }
 
 
@@ -142,12 +150,13 @@ def cmd_trees(out: Path, record: int = 0, fresh: bool = False) -> None:
             _record(tree, record)
             head = git("rev-parse", "HEAD", cwd=tree)  # every other tree starts from A with its baselines
         if name in REGRESSIONS:
-            new, msg = REGRESSIONS[name]
+            *what, new, msg = REGRESSIONS[name]
+            old = what[0] if what else DECODE_HEAD
             f = tree / BACKEND_FILE
             src = f.read_text()
-            if DECODE_HEAD not in src:
-                sys.exit(f"{f}: decode step not found; update DECODE_HEAD in {__file__}")
-            src = src.replace(DECODE_HEAD, new)
+            if old not in src:
+                sys.exit(f"{f}: {old.strip().splitlines()[0]!r} not found; update DECODE_HEAD/LOAD_LINE in {__file__}")
+            src = src.replace(old, new)
             if "burn_for" in new:
                 src = src.replace("import torch\n", "import time\n\nimport torch\n", 1)
                 src = src.replace("from perfsuite.machine import memory\n",
@@ -227,15 +236,18 @@ def _parse_plan(plan: str) -> list[dict[str, Any]]:
         if f[0] == "ab" and len(f) in (4, 5) and (len(f) == 4 or f[4] in ("seq", "lockstep")):
             items.append({"kind": "ab", "tree": f[1], "budget": f[2], "n": int(f[3]),
                           "pairs": "sequential" if f[4:] == ["seq"] else "lockstep"})
-        elif f[0] in ("pytest", "pytestci") and len(f) == 3:  # pytestci: with --perf-confirm-inconclusive
-            items.append({"kind": "pytest", "tree": f[1], "n": int(f[2]), "ci": f[0] == "pytestci"})
+        elif f[0] in ("pytest", "pytestci", "default") and len(f) == 3:
+            # pytestci: with --perf-confirm-inconclusive; default: `--benchmark-compare` alone (issue 38: the default
+            # gate), without pytest-benchmark's own --benchmark-compare-fail beside it
+            items.append({"kind": "pytest", "tree": f[1], "n": int(f[2]), "ci": f[0] == "pytestci",
+                          "default": f[0] == "default"})
         else:
             sys.exit(f"bad plan item {part!r}: ab:<tree>:<budget>:<n>[:seq] or pytest:<tree>:<n>")
     return items
 
 
 def _key(item: dict[str, Any]) -> str:
-    kind = "pytestci" if item.get("ci") else item["kind"]
+    kind = "pytestci" if item.get("ci") else "default" if item.get("default") else item["kind"]
     return f"{kind}:{item['tree']}" + (f":{item['budget']}" if item["kind"] == "ab" else "") + \
         (":seq" if item.get("pairs") == "sequential" else "")
 
@@ -291,12 +303,19 @@ def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
         t0 = time.monotonic()
         proc = run_child([sys.executable, "-m", "pytest", "tests/perf", "--perf-backend", "torch", "-q",
                                "-p", "no:randomly", "-p", "no:cacheprovider", "--benchmark-compare",
-                               "--benchmark-compare-fail=median:5%", f"--perf-gate-json={gate_json}",
+                               *([] if item.get("default") else ["--benchmark-compare-fail=median:5%"]),
+                               f"--perf-gate-json={gate_json}",
                                f"--benchmark-json={run_json}", *(["--perf-confirm-inconclusive"] if item.get("ci")
                                                                  else [])],
                               cwd=tree, env=_env(tree))
         wall = time.monotonic() - t0
         verdicts = json.loads(gate_json.read_text()) if gate_json.exists() else []
+        opdiffs = {}
+        for f in Path(tmp).glob("opdiff-*.json"):  # a confirmed cell's operator diff (perfsuite.verdict.opdiff)
+            d = json.loads(f.read_text())
+            opdiffs[d["cell"]] = {"verdict": d["diff"]["verdict"], "seconds": d["seconds"],
+                                  "rows": [{k: r[k] for k in ("op", "a_ms", "b_ms", "delta", "share", "claimed",
+                                                               "status")} for r in d["diff"]["rows"]]}
     text = proc.stdout + proc.stderr
     failed = sorted(set(re.findall(r"FAILED \S+::(test_\w+)\[", text)))
     m = _PB.search(text)
@@ -312,7 +331,12 @@ def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
                                    "line": line.strip()[:400]}
     threads = next((ln.split("threads: ", 1)[1][:200] for ln in text.splitlines()
                     if ln.startswith("perfsuite confirm: threads: ")), None)  # the A/B's thread choice (cotenant)
+    took = re.search(r"confirm: (\d+) metric\(s\) A/B-confirmed \((\d+) screened regression\(s\), (\d+) suspected.*? in "
+                     r"(\d+) s", text)
     return {"rc": proc.returncode, "wall_s": wall, "gate_failed": failed, "pb_regressed": pb, "run_json": str(run_json),
+            "outputs_changed": sorted(set(re.findall(r"outputs changed: (prompt \d+, token \d+: \S+ in the baselines, "
+                                                     r"\S+ in this run)", text))),
+            "confirmed_by_default": [int(x) for x in took.groups()] if took else None, "opdiff": opdiffs,
             "confirm_threads": threads,
             "confirm": confirm, "confirm_runs": [[int(a), int(b), c] for a, b, c in _CONFIRM_RUN.findall(text)],
             "kinds": {t: v["kind"] for t, v in by.items()},

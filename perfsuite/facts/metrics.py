@@ -1,7 +1,10 @@
-"""Latency summaries with vLLM's metric names (``mean_ttft_ms``, ``median_tpot_ms``, ``p99_itl_ms`` ...)."""
+"""Latency summaries with vLLM's metric names (``mean_ttft_ms``, ``median_tpot_ms``, ``p99_itl_ms`` ...), and the record
+of a test's generated tokens that the outputs guard compares (perfsuite.verdict.outputs)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,3 +50,22 @@ def aggregates(samples: Mapping[str, Sequence[float]], scenario: Any) -> dict[st
 def tpot_ms(e2el_ms: float, ttft_ms: float, new_tokens: int) -> float:
     """vLLM's TPOT of one request: time after the first token divided by the tokens after it."""
     return (e2el_ms - ttft_ms) / (new_tokens - 1)
+
+
+def token_digest(tokens: Sequence[Sequence[int]]) -> str:
+    """16 hex digits of one generation's tokens, all prompts in order."""
+    return hashlib.sha256(json.dumps([list(map(int, t)) for t in tokens]).encode()).hexdigest()[:16]
+
+
+def outputs_record(generations: Sequence[Sequence[Sequence[int]]]) -> dict[str, Any]:
+    """``extra_info["outputs"]`` of one process: each generation's digest and the first generation's tokens."""
+    digests = [token_digest(g) for g in generations]
+    return {"digests": digests, "tokens": [list(map(int, t)) for t in generations[0]] if generations else [],
+            "agree": len(set(digests)) <= 1}
+
+
+def outputs_merge(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One test's outputs over its worker processes: every process's digests, the first process's tokens."""
+    records = [r for r in records if r]
+    digests = sorted({d for r in records for d in r.get("digests", [])})
+    return {"digests": digests, "tokens": records[0].get("tokens", []) if records else [], "agree": len(digests) <= 1}

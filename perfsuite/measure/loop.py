@@ -17,9 +17,11 @@ tokens as host lists, so every timed call ends with the device synchronised.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from perfsuite.facts import metrics
 from perfsuite.facts.cells import Cell
@@ -45,6 +47,7 @@ class Measurement:
     generated_tokens: int = 0
     tokens: list[list[int]] = field(default_factory=list)  # last generation, per sequence
     rounds_s: list[float] = field(default_factory=list)  # pytest-benchmark's rounds of this test (seconds)
+    outputs: dict[str, Any] = field(default_factory=dict)  # the generations' tokens (metrics.outputs_record)
 
     def aggregates(self, cell: Cell) -> dict[str, float]:
         """vLLM's summaries of every latency base sampled, and the throughputs (perfsuite.facts.metrics.aggregates)."""
@@ -112,7 +115,9 @@ def measure_generations(backend: Backend, prompts: list[list[int]], new_tokens: 
         wait()
         gens.append(generate(backend, prompts, length))
     wait()
-    return {m: cut(m, gens[warmup:], len(prompts), new_tokens) for m in wanted}
+    timed = gens[warmup:]
+    outputs = metrics.outputs_record([g.tokens for g in timed])
+    return {m: dataclasses.replace(cut(m, timed, len(prompts), new_tokens), outputs=outputs) for m in wanted}
 
 
 def cut(metric: str, gens: Sequence[Generation], batch: int, new_tokens: int) -> Measurement:

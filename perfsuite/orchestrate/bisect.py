@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,11 +55,12 @@ class Result:
     candidates: list[str] = field(default_factory=list)  # the range the search narrowed to (first_bad among them)
     stopped: str = ""  # found | no regression | inconclusive | interrupted | skipped
     tau: float | None = None
+    operators: dict[str, Any] | None = None  # the first bad commit against its parent (perfsuite.verdict.opdiff)
 
     def as_dict(self) -> dict[str, Any]:
         return {"good": self.good, "bad": self.bad, "first_bad": self.first_bad, "candidates": self.candidates,
                 "stopped": self.stopped, "tau": self.tau, "commits": self.commits,
-                "steps": [s.as_dict() for s in self.steps]}
+                "steps": [s.as_dict() for s in self.steps], "operators": self.operators}
 
 
 def classify(low: float, high: float, estimate: float, tau: float) -> str:
@@ -150,3 +152,65 @@ def search(commits: Sequence[str], step: StepFn, budget_s: float, *, good: str =
     res.first_bad = commits[hi] if len(res.candidates) == 1 else None
     res.stopped = "found" if res.first_bad else "skipped"
     return res
+
+
+# ------------------------------------------------------------------------------------------- the real steps
+@dataclass
+class Bisection:
+    """A search over a repository's history: the good end's tree stays checked out; each step checks out one commit
+    and runs a two-tree A/B of it against the good end (perfsuite.orchestrate.twotree)."""
+
+    top: Path  # the repository (this checkout's top level)
+    rel: Path  # where the perfsuite package's parent lies inside it
+    good_side: Any  # perfsuite.measure.worker.pool.Side of the good end's worktree
+    plan_args: dict[str, Any]
+    config: Any  # GateConfig
+    env: tuple[tuple[str, str], ...] = ()
+    python: str = ""
+    say: Callable[[str], None] = print
+    tracked: tuple[str, str, str] | None = None  # (cell, test metric, metric) the bad end regressed most
+    cells: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def step(self, commit: str, budget_s: float, tau: float | None) -> Step:
+        from perfsuite.facts.errors import UsageError
+        from perfsuite.measure.worker import pool
+        from perfsuite.orchestrate import twotree
+        from perfsuite.orchestrate.confirm.worktree import temporary_worktree
+
+        t0 = time.monotonic()
+        label = "the bad end" if tau is None else commit[:12]
+        with temporary_worktree(self.top, commit) as wt:
+            side_b = pool.Side(wt / self.rel, self.python or self.good_side.python, "B", self.env)
+            sides = {"a": self.good_side, "b": side_b}
+            try:
+                plans, facts = twotree.prepare(sides, self.plan_args)
+            except pool.SideError as exc:
+                self.say(f"{label}: skipped: its tree does not run ({exc})")
+                return Step(commit, "skip", note=str(exc), seconds=time.monotonic() - t0, budget_s=budget_s)
+            floor = math.log1p(self.config.ab_threshold)
+
+            def decide(m: Any) -> tuple[str, str]:
+                lo, hi = m.cs.interval()
+                kind = classify(lo, hi, m.cs.estimate(), floor if tau is None else tau) if m.cs.n >= 2 else "open"
+                return {"bad": "regression", "good": "unchanged"}.get(kind, "open"), ""
+
+            select = (lambda c, t, m: (c, t, m) == self.tracked) if self.tracked else None
+            try:
+                res = twotree.ab(sides, plans, facts, self.config, budget_s=budget_s, decide=decide, select=select,
+                                 stop=lambda ms: "decided" if all(m.kind != "open" for m in ms) else None)
+            except UsageError as exc:
+                self.say(f"{label}: skipped: {exc}")
+                return Step(commit, "skip", note=str(exc), seconds=time.monotonic() - t0, budget_s=budget_s)
+        worst = max(res.members, key=lambda m: m.cs.estimate() if m.cs.n else -math.inf)
+        if tau is None:
+            self.tracked = (worst.cell_id, worst.test_metric, worst.metric)
+            self.cells = {c["id"]: c for c in res.cells}
+        m = next(x for x in res.members if (x.cell_id, x.test_metric, x.metric) == self.tracked) if self.tracked \
+            else worst
+        lo, hi = m.cs.interval()
+        verdict = {"regression": "bad", "unchanged": "good"}.get(m.kind, "inconclusive")
+        s = Step(commit, verdict, math.expm1(m.cs.estimate()), math.expm1(lo), math.expm1(hi), m.cs.n,
+                 time.monotonic() - t0, budget_s, note=f"{m.cell_id} {m.metric}", subject=subject(self.top, commit))
+        self.say(f"{label} {commit[:12]} {s.subject[:60]!r}: B/A {s.change:+.1%} [{s.low:+.1%}, {s.high:+.1%}], "
+                 f"{s.pairs} pair(s) in {s.seconds:.0f} s: {verdict}")
+        return s

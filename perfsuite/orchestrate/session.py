@@ -56,6 +56,9 @@ class PerfSession:
         said: list[Warning] = []
         if self.confirm is not None:  # a screened regression counts only once an A/B on this machine confirms it
             msg, unsure, said = self.confirm.review(nodeid, verdicts, msg, unsure)
+        changed = self.gate.outputs(nodeid, extra_info)
+        if changed.kind == "changed":  # other tokens fail the test, faster or not (perfsuite.verdict.outputs)
+            msg = f"perfsuite gate: {changed.message}" + (f"\n{msg}" if msg else "")
         if msg:
             return GateOutcome(failure=msg, warnings=said)
         if unsure and self.fail_on_inconclusive:

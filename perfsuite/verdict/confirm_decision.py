@@ -7,10 +7,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from perfsuite.facts.vocabulary import pct as _pct
 
 KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
+# The pairs a default confirmation of a suspected screen plans for: an unchanged tiny CPU cell's A/B settles in about
+# this many lockstep pairs on a quiet 2-core machine (docs/gate-evaluation.md, campaign 10).
+MIN_PAIRS = 10
+
+
+def suspected(v: Any, pair_s: float | None, budget_s: float) -> tuple[bool, str]:
+    """Whether an inconclusive screen ``v`` (a perfsuite.verdict.decide.Verdict) is A/B-confirmed by default, and why:
+    its interval cannot rule out a slowdown beyond its threshold, and ``MIN_PAIRS`` A/B pairs of its cell (each
+    ``pair_s`` seconds, from this session's own processes) fit the ``budget_s`` of a default confirmation."""
+    if v.ratio is None or v.ci_low is None or v.ci_high is None:
+        return False, "the screen has no interval"
+    worst = v.ci_high - 1 if v.direction != "higher_is_better" else 1 / v.ci_low - 1
+    if worst <= v.threshold:
+        return False, f"its interval rules out a slowdown beyond {_pct(v.threshold)}"
+    if pair_s is not None and MIN_PAIRS * pair_s > budget_s:
+        return False, (f"one A/B pair of its cell costs ~{pair_s:.0f} s, so {MIN_PAIRS} pairs overrun the "
+                       f"{budget_s:.0f} s of a default confirmation; --perf-confirm-inconclusive confirms it anyway")
+    return True, f"its interval reaches {_pct(worst)}, beyond the {_pct(v.threshold)} threshold"
 
 
 def classify(low: float, high: float, estimate: float, tau: float, n: int, min_pairs: int = 2) -> str:
@@ -40,6 +59,7 @@ class Finding:
     commit: str = ""  # the baselines' commit (A)
     elapsed_s: float | None = None
     threads: int | None = None  # OMP_NUM_THREADS both sides ran with (machine.cotenant; None: the cells' default)
+    extra: tuple[str, ...] = ()  # confirmed: lines after the verdict (the library note, the operator diff)
 
 
 @dataclass
@@ -84,6 +104,7 @@ def review(name: str, screened: Sequence[tuple[str, str, Finding | None]], *, on
         out.settled |= f.kind != "unconfirmed"  # the confirmation's word replaces the screen's inconclusive one
         if f.kind == "confirmed":
             out.fail.append(f"{head}: regression confirmed: {_ab(f)}; {drift_text(f)}")
+            out.fail += f.extra
         elif f.kind == "refuted":
             if screen == "regression":
                 out.warnings.append(("GateDrift", f"{head}: the stored baselines say regression, the A/B refutes it "

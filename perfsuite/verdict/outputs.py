@@ -1,7 +1,8 @@
 """The outputs guard: did this run generate the tokens the baselines generated?
 
-Every run records, per test, the token ids of its generations (greedy, seeded prompts): a digest of each
-generation's tokens (all prompts), and the tokens of the first generation, which locate a difference. The gate
+Every run records, per test, the token ids of its generations (greedy, seeded prompts; perfsuite.facts.metrics.
+outputs_record): a digest of each generation's tokens (all prompts), and the tokens of the first generation, which
+locate a difference. The gate
 compares them with the newest comparable baseline run that recorded them (same runner class, model identity and
 options): other tokens fail the test as *outputs changed*, naming the prompt, the position and both tokens, and a
 faster run with other outputs is never an improvement.
@@ -13,8 +14,6 @@ listed is held to every token.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,26 +21,6 @@ from typing import Any
 # backend -> (first_n, evidence). Empty: every backend measured so far generated identical tokens in every process and
 # run on the CPU runner classes (docs/gate.md, "Outputs guard").
 TOLERANCE: dict[str, tuple[int, str]] = {}
-
-
-def digest(tokens: Sequence[Sequence[int]]) -> str:
-    """16 hex digits of one generation's tokens, all prompts in order."""
-    return hashlib.sha256(json.dumps([list(map(int, t)) for t in tokens]).encode()).hexdigest()[:16]
-
-
-def record(generations: Sequence[Sequence[Sequence[int]]]) -> dict[str, Any]:
-    """``extra_info["outputs"]`` of one test: each generation's digest and the first generation's tokens."""
-    digests = [digest(g) for g in generations]
-    return {"digests": digests, "tokens": [list(map(int, t)) for t in generations[0]] if generations else [],
-            "agree": len(set(digests)) <= 1}
-
-
-def merge(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One test's outputs over its worker processes: every process's digests, the first process's tokens."""
-    records = [r for r in records if r]
-    digests = [d for r in records for d in r.get("digests", [])]
-    return {"digests": sorted(set(digests)), "tokens": records[0].get("tokens", []) if records else [],
-            "agree": len(set(digests)) <= 1}
 
 
 @dataclass(frozen=True)

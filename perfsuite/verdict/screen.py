@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite.facts.cells import cell_of
-from perfsuite.verdict import report, sequential, stats, values
+from perfsuite.verdict import outputs, report, sequential, stats, values
 from perfsuite.verdict.decide import Verdict, decide
 from perfsuite.verdict.estimate import comparable_runs, estimate
 from perfsuite.verdict.policy import GateConfig, parse_config
@@ -48,6 +48,7 @@ class GateSession:
         self.family: dict[str, int] = {}  # nodeids of the gated tests (each shares alpha over its own metrics)
         self.verdicts: list[Verdict] = []
         self.hints: dict[str, str] = {}
+        self.changed: dict[str, str] = {}  # nodeid -> the outputs guard's message, for tests whose tokens changed
 
     def set_family(self, items: Sequence[Any], results: Mapping[str, Any]) -> None:
         """After measuring: the selected perf tests whose cell ran and that have a comparable baseline."""
@@ -75,6 +76,16 @@ class GateSession:
             if v.kind == "inconclusive" and v.ratio is not None:
                 self.hints[nodeid] = self._settle_hint(v, extra_info)
         return out
+
+    def outputs(self, nodeid: str, extra_info: Mapping[str, Any]) -> outputs.OutputsCheck:
+        """This test's generated tokens against the newest comparable baseline run that recorded them."""
+        base, _ = comparable_runs({"extra_info": dict(extra_info)}, match(nodeid, self._by_full, self._by_name))
+        recorded = [b["extra_info"]["outputs"] for b in base if (b.get("extra_info") or {}).get("outputs")]
+        res = outputs.check(extra_info.get("outputs"), recorded[-1] if recorded else None,
+                            str((extra_info.get("cell") or {}).get("backend", "")))
+        if res.kind == "changed":
+            self.changed[nodeid] = res.message
+        return res
 
     def screen(self, nodeid: str, extra_info: Mapping[str, Any], stats_: Mapping[str, Any] | None = None
                ) -> list[Verdict]:
@@ -138,6 +149,8 @@ class GateSession:
                          "[tool.perfsuite.gate] min_run_cv (perfsuite calibrate --gap 10m measures it)")
         if self.skipped_contended:
             lines.append(f"{self.skipped_contended} stored run(s) marked contended were left out of the baseline")
+        lines += [f"{values.short_name(node)}: {msg} (whatever its timings say, it is not an improvement)"
+                  for node, msg in self.changed.items()]
         return lines + [f"inconclusive {values.short_name(node)}: settle it with: {hint}"
                         for node, hint in self.hints.items()]
 

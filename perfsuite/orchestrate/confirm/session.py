@@ -1,6 +1,8 @@
 """Screen, then confirm, inside a ``pytest --benchmark-compare`` session (docs/gate.md): what the screen calls a
-regression is confirmed by ONE two-tree A/B of all its cells (perfsuite.orchestrate.abloop), A = the baselines' commit
-in a temporary git worktree, B = this tree; each test then asks :meth:`Confirmation.review` what its verdicts mean.
+regression, and by default what it suspects (an inconclusive screen whose interval reaches beyond its threshold, on a
+cell whose A/B pairs are cheap: perfsuite.verdict.confirm_decision.suspected), is confirmed by ONE two-tree A/B of all
+their cells (perfsuite.orchestrate.abloop), A = the baselines' commit in a temporary git worktree, B = this tree; each
+test then asks :meth:`Confirmation.review` what its verdicts mean.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Target:
 @dataclass
 class Confirmation:
     config: ConfirmConfig
-    confirm_inconclusive: bool = False
+    inconclusive: str = "suspected"  # which inconclusive screens are confirmed: all | suspected | none
     python: str | None = None  # --perf-confirm-python (over config.python)
     fail_on_inconclusive: bool = False
     foreign: str | None = None  # "incomparable: other hardware ..." when the class is forced onto other hardware
@@ -59,6 +61,8 @@ class Confirmation:
     findings: dict[tuple[str, str], decision.Finding] = field(default_factory=dict)
     summary: list[str] = field(default_factory=list)
     threads: ThreadChoice | None = None  # the A/B's, once one ran
+    out_dir: Path | None = None  # where the operator diffs go (beside --perf-gate-json); None: printed only
+    libraries: tuple[str, ...] = ()  # a confirmed regression's note when A ran the baselines' library versions
 
     def review(self, nodeid: str, verdicts: Sequence[Any], fail_msg: str | None, unsure_msg: str | None
                ) -> tuple[str | None, str | None, list[Warning]]:
@@ -66,8 +70,9 @@ class Confirmation:
         raise) after confirmation."""
         screened = [(v.metric, v.kind, self.findings.get((nodeid, v.metric))) for v in verdicts if not v.exact and (
             v.kind == "regression" or (v.kind == "inconclusive" and (nodeid, v.metric) in self.findings))]
-        if not screened:
-            return fail_msg, unsure_msg, []
+        if not screened:  # the screen's own messages, with what changed besides the code
+            libs = "".join("\n  " + line for line in self.probe if line.startswith("the baselines were recorded"))
+            return (fail_msg and fail_msg + libs), (unsure_msg and unsure_msg + libs), []
         out = decision.review(short_name(nodeid), screened, on_unconfirmed=self.config.on_unconfirmed,
                               fail_on_inconclusive=self.fail_on_inconclusive)
         tail = "".join("\n  " + line for line in self.probe)
@@ -85,17 +90,28 @@ class Confirmation:
             rootpath: Path) -> None:
         gate = ps.gate
         self.probe = machine.probe_lines(ps.peaks, gate.runs[-gate.config.baseline_runs:])
+        libs = machine.version_diffs(ps.facts, gate.runs[-gate.config.baseline_runs:])
+        if libs:  # what changed besides the code: every verdict of this session says so
+            self.probe.append(f"the baselines were recorded with other libraries: {'; '.join(libs)}; a change the "
+                              "screen sees may be theirs, not the code's")
         for line in self.probe:
             say(f"perfsuite: {line}")
         if self.foreign or not self.config.enabled:
             return
-        targets = screen(ps, items, results, self.confirm_inconclusive)
+        targets, left = screen(ps, items, results, self.inconclusive, self.config.suspected_budget_s)
+        self.summary += [f"screen only {short_name(node)} {metric}: inconclusive, not confirmed: {why}"
+                         for node, metric, why in left]
         if not targets:
             return
+        t0 = time.monotonic()
         cells = sorted({t.cell_id for t in targets})
         budget = self.config.budget_for(len(cells))
-        say(f"perfsuite confirm: the stored baselines flag {len(targets)} metric(s) of {len(cells)} cell(s); "
-            f"confirming with an A/B against the baselines' commit, budget {budget:.0f} s")
+        n_reg = sum(t.screen == "regression" for t in targets)
+        if not n_reg:  # suspected screens only: a short A/B (docs/gate.md, "Confirmation by default")
+            budget = min(budget, self.config.suspected_budget_s)
+        say(f"perfsuite confirm: the stored baselines flag {n_reg} regression(s) and suspect {len(targets) - n_reg} "
+            f"more metric(s) of {len(cells)} cell(s); confirming with an A/B against the baselines' commit, budget "
+            f"{budget:.0f} s")
         try:
             found = self._ab(ps, targets, cells, budget, say, rootpath)
         except CannotConfirm as exc:
@@ -103,6 +119,9 @@ class Confirmation:
             found = {(t.nodeid, t.metric): decision.Finding("unconfirmed", t.metric, reason=str(exc))
                      for t in targets}
         self.findings.update(found)
+        self.summary.append(f"confirm: {len(targets)} metric(s) A/B-confirmed ({n_reg} screened regression(s), "
+                            f"{len(targets) - n_reg} suspected: an inconclusive screen whose interval reaches beyond "
+                            f"its threshold) in {time.monotonic() - t0:.0f} s")
         if self.threads is not None and self.threads.threads is not None:
             self.summary.append("confirm " + self.threads.line)
         for (nodeid, metric), f in found.items():
@@ -130,6 +149,10 @@ class Confirmation:
         check_commit(top, sha)
         python = self.python or self.config.python
         diffs = machine.version_diffs(ps.facts, runs)
+        if diffs and python:
+            self.libraries = (f"code and libraries changed together: A ran the baselines' libraries ({python}), B "
+                              f"this environment's ({'; '.join(diffs)}); to A/B the libraries alone: perfsuite ab "
+                              f"--a . --b . --a-python {python}",)
         if diffs and not python:
             raise CannotConfirm(f"the baselines were recorded with other library versions ({'; '.join(diffs)}), so A "
                                 "on this interpreter would not be what was recorded; give A its own interpreter: "
@@ -171,13 +194,33 @@ class Confirmation:
             lockstep, pairing = abloop.pairing("lockstep", facts)
             say(f"perfsuite confirm: {pairing}")
             run = self._pairs(sides, plans, cell_dicts, mems, left - TEARDOWN_S, metrics, say, wt.parent, lockstep)
+            extra = self._operators(sides, cell_dicts, mems, wt.parent, say)
         say(f"perfsuite confirm: {len(run.pairs)} pair(s) in {time.monotonic() - t0:.0f} s (stopped: {run.stopped});"
             " temporary worktree removed")
         by_key = {(m.cell_id, m.test_metric, m.metric): m for m in mems}
         return {(t.nodeid, t.metric): finding(t, by_key[(t.cell_id, t.test_metric, t.metric)], sha, run.elapsed_s,
-                                              gate.config.power, threads.threads)
+                                              gate.config.power, threads.threads,
+                                              self.libraries + extra.get(t.cell_id, ()))
                 if (t.cell_id, t.test_metric, t.metric) in by_key else decision.Finding(
                     "unconfirmed", t.metric, reason="no statistical A/B policy covers it") for t in targets}
+
+    def _operators(self, sides: dict[str, Any], cells: list[dict[str, Any]], mems: list[Any], workdir: Path,
+                   say: Callable[[str], None]) -> dict[str, tuple[str, ...]]:
+        """The operator diff of every cell with a confirmed regression (after the decision; never a timed pair)."""
+        from perfsuite.orchestrate.opdiff_run import operator_diff
+        from perfsuite.verdict.opdiff import lines
+
+        out: dict[str, tuple[str, ...]] = {}
+        for cell in cells:
+            worst = max((m for m in mems if m.cell_id == cell["id"] and m.kind == "confirmed"),
+                        key=lambda m: m.cs.estimate(), default=None)
+            if worst is not None:
+                say(f"perfsuite confirm: operator diff of {cell['id']} (profile pairs, not timed)")
+                d = operator_diff(sides, cell, math.exp(worst.cs.estimate()), workdir, self.out_dir, say=say)
+                out[cell["id"]] = tuple(lines(d)) + ((f"full diff and traces: {self.out_dir}",) if self.out_dir
+                                                     else ("(--perf-gate-json PATH keeps the full diff and both traces "
+                                                           "beside PATH)",))
+        return out
 
     @staticmethod
     def _pairs(sides: dict[str, Any], plans: dict[str, Any], cells: list[dict[str, Any]], mems: list[Any],
@@ -211,8 +254,8 @@ class Confirmation:
                 pl.close()
 
 
-def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: int | None = None
-            ) -> decision.Finding:
+def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: int | None = None,
+            extra: tuple[str, ...] = ()) -> decision.Finding:
     lo, hi = m.cs.interval()
     kind = m.kind if m.kind in ("confirmed", "refuted") else "inconclusive"
     mde = sequential.mde_reached(m.cs, power) if kind == "inconclusive" else math.nan
@@ -226,7 +269,8 @@ def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: 
     return decision.Finding(kind, t.metric, change=change,
                             ci_low=math.expm1(lo), ci_high=math.expm1(hi), pairs=m.cs.n,
                             mde=math.expm1(mde) if math.isfinite(mde) else None, drift=drift, a_value=a_level,
-                            baseline_value=t.baseline_value, commit=sha, elapsed_s=elapsed, threads=threads)
+                            baseline_value=t.baseline_value, commit=sha, elapsed_s=elapsed, threads=threads,
+                            extra=extra if kind == "confirmed" else ())
 
 
 def baseline_commit(runs: Sequence[Mapping[str, Any]]) -> str:
@@ -251,9 +295,18 @@ def screen_info(cell: Any, res: Any, metric: str) -> tuple[dict[str, Any], dict[
     return info, stats
 
 
-def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusive: bool) -> list[Target]:
-    """The stored-baseline verdicts every gated test will get, before the tests run: what needs confirming."""
+def pair_seconds(res: Any) -> float | None:
+    """What one A/B pair of a cell costs, from this session's processes of it: two of them (load included)."""
+    walls = [p.wall_s for p in res.processes if p.wall_s]
+    return 2 * statistics.median(walls) if walls else None
+
+
+def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusive: str = "suspected",
+           suspected_budget_s: float = 120.0) -> tuple[list[Target], list[tuple[str, str, str]]]:
+    """The stored-baseline verdicts every gated test will get, before the tests run: what needs confirming, and the
+    inconclusive screens left unconfirmed (nodeid, metric, why). ``inconclusive``: all | suspected | none."""
     out = []
+    left = []
     for item in items:
         if item.nodeid not in ps.gate.family:
             continue
@@ -266,15 +319,23 @@ def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusi
         for v in ps.gate.screen(item.nodeid, info, stats):
             if v.exact or not _LAT.match(v.metric):
                 continue
-            if v.kind == "regression" or (inconclusive and v.kind == "inconclusive" and v.ratio is not None):
+            if v.kind == "inconclusive" and v.ratio is not None and inconclusive == "suspected":
+                take, why = decision.suspected(v, pair_seconds(res), suspected_budget_s)
+                if not take:
+                    left.append((item.nodeid, v.metric, why))
+                    continue
+            if v.kind == "regression" or (v.kind == "inconclusive" and v.ratio is not None and inconclusive != "none"):
                 out.append(Target(item.nodeid, cell.id, metric, v.metric, v.kind, v.baseline_value, v.current_value))
-    return out
+    return out, left
 
 
-def start(ps: Any, *, confirm_inconclusive: bool, python: str | None, allow_foreign: bool) -> Confirmation:
-    """At gate setup: the confirmation state of this session, with the foreign-hardware check."""
-    conf = Confirmation(ps.gate.config.confirm or ConfirmConfig(), confirm_inconclusive, python,
-                        ps.fail_on_inconclusive)
+def start(ps: Any, *, confirm_inconclusive: bool, python: str | None, allow_foreign: bool,
+          screen_only: bool = False, out_dir: Path | None = None) -> Confirmation:
+    """At gate setup: the confirmation state of this session, with the foreign-hardware check.
+    ``confirm_inconclusive``: every inconclusive screen is confirmed; ``screen_only``: none is (only regressions)."""
+    mode = "all" if confirm_inconclusive else "none" if screen_only else "suspected"
+    conf = Confirmation(ps.gate.config.confirm or ConfirmConfig(), mode, python, ps.fail_on_inconclusive,
+                        out_dir=out_dir)
     forced = ps.runner_class != ps.facts.get("detected_runner_class")
     if forced and not allow_foreign:
         conf.foreign = machine.foreign_hardware(machine.current_hardware(ps.facts), ps.gate.runs)
