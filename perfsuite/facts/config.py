@@ -74,6 +74,7 @@ class PerfConfig:
     backend_options: Mapping[str, Mapping[str, Any]]
     gate: Mapping[str, Any] = field(default_factory=dict)  # parsed by perfsuite.verdict
     preflight: LoadPolicy = field(default_factory=LoadPolicy)  # [tool.perfsuite.preflight]
+    roofline: bool = True  # measure the run-start peaks (copy bandwidth, matmul FLOP/s): ~8 s a run on 2 CPU cores
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Settings:
 # "history" is read by perfsuite.orchestrate.history (the run database's path), "serving" by
 # perfsuite.measure.serving.cell (serving cells' load points); listed here so they are not unknown keys.
 _TOP_KEYS = {"baselines_dir", "cache_dir", "scenarios", "profiles", "backend_options", "gate", "preflight", "history",
-             "serving"}
+             "serving", "roofline"}
 _PREFLIGHT_FIELDS = {
     "max_other_cores": Field("float", "cores busy outside this run that the start tolerates", minimum=0.0,
                              maximum=1024.0),
@@ -269,7 +270,9 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
                       cache_dir=(root / cache) if cache else None, scenarios=MappingProxyType(scenarios),
                       profiles=MappingProxyType(profiles),
                       backend_options=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in opts.items()}),
-                      gate=MappingProxyType(dict(raw.get("gate", {}))), preflight=preflight)
+                      gate=MappingProxyType(dict(raw.get("gate", {}))), preflight=preflight,
+                      roofline=_checked("", "roofline", raw.get("roofline", True),
+                                        Field("bool", "measure the run-start roofline references")))
 
 
 def _preflight(raw: Any) -> LoadPolicy:

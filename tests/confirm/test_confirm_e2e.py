@@ -34,6 +34,7 @@ DECODE = "    def decode(self, state: _State) -> StepResult:\n"
 PYPROJECT = """
 [tool.perfsuite]
 baselines_dir = "baselines"
+roofline = false
 [tool.perfsuite.scenarios]
 tiny = {{ batch_size = 1, prompt_tokens = 16, new_tokens = 8 }}
 [tool.perfsuite.profiles.smoke]

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = """
 [tool.perfsuite]
 baselines_dir = "baselines"
+roofline = {roofline}
 [tool.perfsuite.backend_options.vllm]
 kv_cache_space_gib = 1
 [tool.perfsuite.scenarios]
@@ -37,8 +38,9 @@ def project(pytester, monkeypatch):
     monkeypatch.delenv("PERFSUITE_RUNNER_CLASS", raising=False)  # a caller's override would rename the folder
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the subprocesses import this checkout's perfsuite
 
-    def make(n=4, g=3, backend="torch", w=2):
-        pytester.makefile(".toml", pyproject=PYPROJECT.format(n=n, g=g, backend=backend, w=w))
+    def make(n=4, g=3, backend="torch", w=2, roofline=False):  # the run-start peaks (~8 s) only where under test
+        pytester.makefile(".toml", pyproject=PYPROJECT.format(n=n, g=g, backend=backend, w=w,
+                                                              roofline=str(roofline).lower()))
         (pytester.path / "tests" / "perf").mkdir(parents=True)
         shutil.copy(ROOT / "tests" / "perf" / "test_latency.py", pytester.path / "tests" / "perf")
         return pytester
@@ -61,7 +63,7 @@ def test_help_lists_perf_options(pytester):
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime-cpu", "vllm"])
 def test_perf_run_is_per_token_and_self_consistent(project, backend):
     n, g, w = 8, 4, 2
-    p = project(n=n, g=g, backend=backend, w=w)
+    p = project(n=n, g=g, backend=backend, w=w, roofline=True)
     res = run(p, "--benchmark-json=out.json")
     res.assert_outcomes(passed=3)
     data = json.loads((p.path / "out.json").read_text())
@@ -71,6 +73,9 @@ def test_perf_run_is_per_token_and_self_consistent(project, backend):
     assert all(b["param"] == cell for b in by.values())
     assert data["machine_info"]["perfsuite"]["schema_version"] == 1
     ttft, tpot, e2e = by["test_ttft"], by["test_tpot"], by["test_e2el"]
+    # the run-start peaks (roofline = true here) give every cell its roofline
+    assert data["machine_info"]["perfsuite"]["roofline"]["copy_bandwidth_bytes_per_s"] > 0
+    assert tpot["extra_info"]["roofline_bound"] in ("cache-resident", "dram", "llc-unknown")
     # pytest-benchmark's own stats are per token: a TPOT round is one decode step, from every worker process.
     assert ttft["stats"]["rounds"] == w * g and e2e["stats"]["rounds"] == w * g
     assert tpot["stats"]["rounds"] == w * g * (n - 1)

@@ -49,6 +49,7 @@ def test_cli_backend_and_model_override_the_profile():
         ({"scenarios": {"x": {"batch_size": 1, "prompt_tokens": 8, "new_tokens": 1}}},
          "new_tokens must be an integer >= 2"),
         ({"backend_options": {"onnxruntime": {}}}, "[tool.perfsuite.backend_options] onnxruntime: unknown key"),
+        ({"roofline": "no"}, "[tool.perfsuite] roofline"),
     ],
 )
 def test_invalid_config_names_key_and_allowed_values(raw, needle):
@@ -195,3 +196,7 @@ def test_nightly_profile_skips_what_does_not_fit():
     assert any(i.startswith("torch-tiny-llama-float16-b1-p2048-n128") for i in s.unfit)
     assert any(i.startswith("torch-opt-1.3b-float16-b1-p2048-n128") for i in s.unfit)
     assert not any("llama2-7b" in i for i in s.unfit)
+
+
+def test_the_run_start_roofline_is_on_unless_turned_off():
+    assert parse({}).roofline is True and parse({"roofline": False}).roofline is False

@@ -219,7 +219,7 @@ def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, A
         raise Refused(str(exc)) from None
     try:
         if plan.cells and not once:
-            session.peaks = planning.measure_peaks(session, plan)
+            session.peaks = planning.measure_peaks(session, plan) if session.settings.config.roofline else None
         results = planning.measure_plan(session, plan, once=once, cprofile=cprofile, progress=progress)
         if session.gate is not None:
             session.gate.set_family(request.session.items, results)
