@@ -127,3 +127,24 @@ def review(name: str, screened: Sequence[tuple[str, str, Finding | None]], *, on
         else:  # an inconclusive screen that could not be confirmed stays the screen's inconclusive warning
             out.warnings.append(("GateUnconfirmed", f"{head}: cannot confirm: {f.reason}"))
     return out
+
+
+def decided(screen: str, f: Finding | None, *, on_unconfirmed: str, screen_only: bool = False) -> str:
+    """What a gated metric ended as, after the confirmation: the end-of-run table's "decided" column and counts.
+    ``screen``: the stored-baseline screen's kind; ``f``: the A/B's finding for the metric, if one covered it."""
+    if f is None and screen != "regression":  # (a regression no A/B covered is unconfirmed: review does the same)
+        if screen == "inconclusive":
+            return "inconclusive (screen only)" if screen_only else "inconclusive (not confirmed)"
+        return screen
+    if f is None:
+        f = Finding("unconfirmed", "")
+    if f.kind == "confirmed":
+        return "REGRESSION (confirmed)"
+    if f.kind == "refuted":
+        return "refuted as drift" if screen == "regression" else "unchanged (A/B)"
+    if f.kind == "inconclusive":
+        return "inconclusive (A/B undecided)"
+    if screen == "regression":
+        return "REGRESSION (unconfirmed)" if on_unconfirmed == "fail" else "unconfirmed (passing)"
+    return "inconclusive (could not confirm)"
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 
 from perfsuite.facts.vocabulary import pct
@@ -27,12 +28,15 @@ def describe(v: Verdict) -> str:
             f"runs {v.n_baseline} vs {v.n_current})" + (f"; {v.note}" if v.note else ""))
 
 
-def table(verdicts: Sequence[Verdict], holm_p: Sequence[float | None] | None = None) -> list[str]:
-    """One row per gated metric: verdict, change, interval, MDE, threshold, p (Holm-adjusted if given)."""
+def table(verdicts: Sequence[Verdict], holm_p: Sequence[float | None] | None = None,
+          decided: Sequence[str] | None = None) -> list[str]:
+    """One row per gated metric: verdict, change, interval, MDE, threshold, p (Holm-adjusted if given). With
+    ``decided`` (what each metric ended as after the confirmation), the screen's columns are labelled as the
+    screen's, a "decided" column follows, and the counts of the decisions come last."""
     if not verdicts:
         return []
-    rows = [("benchmark", "metric", "verdict", "change", "interval", "MDE", "thresh", "p" if holm_p is None
-             else "p(Holm)", "runs", "note")]
+    rows: list[tuple[str, ...]] = [("benchmark", "metric", "screen" if decided else "verdict", "change", "interval", "MDE", "thresh",
+             "p" if holm_p is None else "p(Holm)", "runs", "note")]
     for i, v in enumerate(verdicts):
         p = holm_p[i] if holm_p is not None else v.p_worse
         if v.exact:
@@ -44,9 +48,17 @@ def table(verdicts: Sequence[Verdict], holm_p: Sequence[float | None] | None = N
             thr = f"{v.threshold * 100:g}%"
         rows.append((v.test.split("::")[-1], v.metric, v.kind.upper() if v.failed else v.kind, change, interval, mde,
                      thr, "" if p is None else f"{p:.2g}", f"{v.n_baseline}/{v.n_current}", v.note))
+    if decided:  # the decision before the unpadded note
+        rows = [(*r[:-1], d, r[-1]) for r, d in zip(rows, ["decided", *decided], strict=True)]
     out = aligned(rows)
     counts = {k: sum(v.kind == k for v in verdicts) for k in KINDS}
-    out.append(", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" of {len(verdicts)} gated metrics")
+    screened = ", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" of {len(verdicts)} gated metrics"
+    if not decided:
+        out.append(screened)
+        return out
+    out.append("decided: " + ", ".join(f"{n} {d}" for d, n in Counter(decided).most_common())
+               + f" of {len(verdicts)} gated metrics")
+    out.append(f"(the stored-baseline screen alone, before the A/B: {screened})")
     return out
 
 

@@ -135,10 +135,11 @@ class GateSession:
             lines.append(f"  settle it with: {self.hints[nodeid]}")
         return "\n".join(lines)
 
-    def summary_table(self) -> list[str]:
+    def summary_table(self, decided: Sequence[str] | None = None) -> list[str]:
+        """The end-of-run table; ``decided``: what each verdict ended as after the confirmation (report.table)."""
         if not self.verdicts:
             return []
-        lines = report.table(self.verdicts, stats.holm_adjusted([v.p_worse for v in self.verdicts]))
+        lines = report.table(self.verdicts, stats.holm_adjusted([v.p_worse for v in self.verdicts]), decided)
         lines.append(f"per-test decisions: Bonferroni, alpha={self.config.alpha:g} over {len(self.family)} gated "
                      f"test(s) that ran with a comparable baseline; p(Holm) is informational; baseline: newest "
                      f"{self.config.baseline_runs} comparable run(s) of {len(self.runs)}")

@@ -206,6 +206,24 @@ def test_a_tree_that_does_not_import(repo: Repo) -> None:
     repo.clean()
 
 
+def test_an_uncommitted_syntax_error_met_by_the_confirmation(repo: Repo) -> None:
+    """This tree (B) has a module that does not parse, one that only the confirmation imports: the screen's
+    regression stands, with one line naming the file, the line and the fix; no traceback, nothing left behind."""
+    broken = repo.path / "perfsuite" / "orchestrate" / "abloop.py"
+    good = broken.read_text()
+    broken.write_text(good + "\ndef half(:\n")
+    try:
+        repo.config(policy="fail")
+        res = repo.pytest("--benchmark-compare", drift=10.0)
+    finally:
+        broken.write_text(good)
+    text = out(res)
+    assert res.returncode == 1 and "Traceback" not in text and " error" not in text.split("=====")[-1], text[-3000:]
+    assert f"cannot confirm: this tree's perfsuite does not import ({broken}:" in text, text[-3000:]
+    assert "SyntaxError" in text and "--perf-screen-only" in text and "REGRESSION" in text, text[-3000:]
+    repo.clean()
+
+
 def test_forced_class_on_other_hardware_is_incomparable(repo: Repo) -> None:
     other = repo.path / "baselines" / "cpu-other-2c"
     other.mkdir()

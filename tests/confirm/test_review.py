@@ -104,3 +104,32 @@ def test_other_library_versions_are_named_in_the_verdicts_and_a_confirmed_regres
                                                    extra=("code and libraries changed together: ...",))
     fail, _, _ = c.review(NODE, [verdict("regression")], "perfsuite gate: significant regression", None)
     assert fail is not None and "code and libraries changed together" in fail and "ROCm (HIP) runtime" in fail
+
+
+def test_the_end_of_run_table_shows_what_was_decided() -> None:
+    """Issue 40: the screen saw a regression and an inconclusive metric on unchanged code; the A/B refuted one and
+    could not decide the other. The counts a passing run ends with are the decisions; the screen's are labelled."""
+    from perfsuite.verdict import report
+
+    other = "tests/perf/test_latency.py::test_ttft[c]"
+    vs = [verdict("regression"), Verdict(other, "median_ttft_ms", "inconclusive", 1.1, 0.8, 1.5, 0.5, 0.03,
+                                         "lower_is_better", 0.01, 0.2, "runs", 10, 1),
+          Verdict(other, "median_e2el_ms", "unchanged", 1.0, 0.99, 1.01, 0.02, 0.03, "lower_is_better", 0.01, 0.5,
+                  "runs", 10, 1), verdict("unchanged", "generated_tokens", "exact")]
+    c = conf(policy="warn")
+    c.findings[(NODE, "median_tpot_ms")] = Finding("refuted", "median_tpot_ms", 0.0, -0.02, 0.02, 20, drift=0.2)
+    c.findings[(other, "median_ttft_ms")] = Finding("inconclusive", "median_ttft_ms", 0.05, -0.3, 0.6, 6, mde=1.1)
+    decided = c.decisions(vs)
+    assert decided == ["refuted as drift", "inconclusive (A/B undecided)", "unchanged", "unchanged"]
+    lines = report.table(vs, None, decided)
+    assert lines[0].split()[:3] == ["benchmark", "metric", "screen"] and "decided" in lines[0]
+    assert "REGRESSION" not in lines[-2] and lines[-2] == ("decided: 2 unchanged, 1 refuted as drift, 1 inconclusive "
+                                                           "(A/B undecided) of 4 gated metrics")
+    assert lines[-1] == ("(the stored-baseline screen alone, before the A/B: 1 regression, 2 unchanged, 1 inconclusive "
+                         "of 4 gated metrics)")
+    # a confirmed regression, an unconfirmed one under each policy, and nothing to confirm
+    c.findings[(NODE, "median_tpot_ms")] = Finding("confirmed", "median_tpot_ms", 0.2, 0.1, 0.3, 20)
+    assert c.decisions(vs)[0] == "REGRESSION (confirmed)"
+    c.findings[(NODE, "median_tpot_ms")] = Finding("unconfirmed", "median_tpot_ms", reason="no git")
+    assert c.decisions(vs)[0] == "unconfirmed (passing)" and conf().decisions(vs)[0] == "REGRESSION (unconfirmed)"
+    assert conf().decisions([vs[2], vs[3]]) is None and report.table([vs[2]])[-1] == "1 unchanged of 1 gated metrics"

@@ -82,6 +82,32 @@ def test_worktree_is_gone_after_sigint(repo: tuple[Path, str, str], tmp_path: Pa
     assert not tree.parent.exists() and worktrees(r) == 1
 
 
+def test_a_worktree_left_by_sigkill_is_removed_by_the_next_run(repo: tuple[Path, str, str],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGKILL leaves no chance to clean up: the worktree stays registered and its checkout stays in the temp dir.
+    The next confirmation finds its owner gone, removes it and says so; a live owner's worktree is left alone."""
+    r, first, _ = repo
+    script = ("import sys, time\nfrom pathlib import Path\nfrom perfsuite.orchestrate.confirm.worktree import temporary_worktree\n"
+              f"with temporary_worktree(Path({str(r)!r}), {first!r}) as t:\n"
+              "    print(t, flush=True)\n    time.sleep(120)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT))) for _ in range(2)]
+    killed, alive = (Path(p.stdout.readline().strip()) for p in procs if p.stdout is not None)
+    try:
+        procs[0].kill()
+        procs[0].communicate(timeout=30)
+        assert killed.is_dir() and worktrees(r) == 3
+        with temporary_worktree(toplevel(r), first) as tree:
+            assert worktrees(r) == 3 and alive.is_dir()  # the killed run's is gone, the live one's is kept
+        assert not killed.parent.exists() and str(killed) not in git(r, "worktree", "list")
+        assert f"removed the confirmation worktree {killed} that a killed run left behind" in capsys.readouterr().err
+        assert not tree.exists()
+    finally:
+        procs[1].terminate()
+        procs[1].communicate(timeout=60)
+    assert worktrees(r) == 1 and not alive.parent.exists()
+
+
 def test_not_a_git_checkout(tmp_path: Path) -> None:
     (tmp_path / "plain").mkdir()
     with pytest.raises(CannotConfirm, match=r"plain is not a git checkout, so the baselines' commit cannot be "

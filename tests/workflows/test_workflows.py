@@ -199,6 +199,9 @@ def test_a_confirmed_regression_opens_an_issue_and_fails(tmp_path: Path) -> None
     sim = simu.Sim(tmp_path, simu.load("nightly-rocm.yml"), "nightly-rocm.yml")
     (sim.artifacts / "perf-report" / "perf-report").mkdir(parents=True)
     (sim.artifacts / "perf-report" / "perf-report" / "summary.md").write_text("# nightly-rocm\n")
+    (sim.artifacts / "ab-confirm").mkdir()  # the confirm job's artifact: its bisect's answer goes into the issue
+    (sim.artifacts / "ab-confirm" / "bisect.txt").write_text("first bad commit 0123456789ab: load the model with "
+                                                             "eager attention\n")
     sim.outputs.update(merge={"regression": "true"}, confirm={"confirmed": "true"})
     sim.results.update(merge="success", confirm="success")
     assert simu.job_condition(sim, "issue")
@@ -206,6 +209,8 @@ def test_a_confirmed_regression_opens_an_issue_and_fails(tmp_path: Path) -> None
         simu.run_job(sim, "issue")
     [gh] = [c for c in simu.calls(sim) if c.startswith("gh ")]
     assert "issue create --repo perfsuite/perfsuite" in gh and "--body-file issue.md" in gh
+    body = (tmp_path / "runs" / "issue-" / "repo" / "issue.md").read_text()
+    assert "## perfsuite bisect" in body and "first bad commit 0123456789ab" in body and "# nightly-rocm" in body
     sim.outputs["confirm"] = {"confirmed": "false"}
     assert not simu.job_condition(sim, "issue")
 

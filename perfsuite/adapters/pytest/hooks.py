@@ -188,8 +188,9 @@ def incomparable(machine_info: dict[str, Any], compared_benchmark: dict[str, Any
 
 def report_header(session: PerfSession) -> list[str]:
     s = session.settings
+    note = session.confirm.machine_note if session.confirm is not None else None
     return [f"perfsuite: profile={s.profile.name} device={s.device} runner-class={s.runner_class} "
-            f"baselines={session.baseline_dir}"]
+            f"baselines={session.baseline_dir}"] + ([f"perfsuite: {note}"] if note else [])
 
 
 # --------------------------------------------------------------------------------------------- measuring
@@ -278,7 +279,9 @@ def terminal_summary(terminalreporter: Any, config: pytest.Config, session: Perf
         Path(config.getoption("perf_gate_json")).write_text(json.dumps(
             [dataclasses.asdict(v) for v in session.gate.verdicts], indent=1))
     if session.gate is not None:
-        lines = session.gate.summary_table() + (session.confirm.summary_lines() if session.confirm is not None else [])
+        conf = session.confirm
+        lines = (session.gate.summary_table(conf.decisions(session.gate.verdicts) if conf is not None else None)
+                 + (conf.summary_lines() if conf is not None else []))
         if lines:
             terminalreporter.section("perfsuite regression gate")
             for line in lines:

@@ -37,10 +37,32 @@ def meminfo_bytes(host: Host, key: str = "MemTotal") -> int | None:
     return None
 
 
+def cpuid(cpuinfo: str) -> dict[str, Any]:
+    """What decides speed beyond the instruction-set tier, from the first processor of /proc/cpuinfo: CPUID vendor,
+    family, model and stepping (a VM's brand string is often the generic "Intel(R) Xeon(R) Processor", these are
+    not) and the clock the kernel reports (on x86 VMs the nominal clock: it does not follow frequency scaling)."""
+    first: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep and first:
+            break  # the blank line after the first processor
+        first.setdefault(key.strip(), value.strip())
+    out: dict[str, Any] = {}
+    for key, name, kind in (("vendor_id", "vendor", str), ("cpu family", "family", int), ("model", "model_number", int),
+                            ("stepping", "stepping", int), ("cpu MHz", "clock_mhz", float)):
+        try:
+            out[name] = kind(first[key])
+        except (KeyError, ValueError):
+            continue
+    return out
+
+
 def facts(host: Host) -> dict[str, Any]:
-    caps = capabilities.detect(cpuinfo=host.read_text("/proc/cpuinfo") or "", env={})
+    text = host.read_text("/proc/cpuinfo") or ""
+    caps = capabilities.detect(cpuinfo=text, env={})
     rc = runner_class.from_facts("cpu", {"cpu_model": caps.model, "cores": caps.cores, "cpu_tier": caps.tier})
     return {"model": caps.model, "cores": caps.cores, "logical_cpus": os.cpu_count(),
             "machine": platform.machine(), "system": platform.system(),
             "memory_total_bytes": meminfo_bytes(host), "llc_bytes": last_level_cache_bytes(host),
-            "flags": [f for f in FLAGS_OF_INTEREST if f in caps.flags], "tier": caps.tier, "runner_class": rc}
+            "flags": [f for f in FLAGS_OF_INTEREST if f in caps.flags], "tier": caps.tier, "runner_class": rc,
+            **cpuid(text)}

@@ -62,6 +62,54 @@ def foreign_hardware(current: Mapping[str, Any], runs: Sequence[Mapping[str, Any
             f", the baselines were recorded on {describe_hardware(base)}") if diffs else None
 
 
+# the facts that decide speed beyond the runner class: (key, name, how a value is shown)
+MACHINE_FACTS: tuple[tuple[str, str, Any], ...] = (
+    ("vendor", "CPU vendor", str), ("family", "CPUID family", str), ("model_number", "CPUID model", str),
+    ("stepping", "stepping", str), ("clock_mhz", "clock", lambda v: f"{v / 1000:.2g} GHz"),
+    ("llc_bytes", "LLC", lambda v: f"{v / 2**20:.0f} MiB"), ("cores", "cores", str),
+    ("memory_total_bytes", "memory", lambda v: f"{v / 2**30:.0f} GiB"), ("gpu", "GPU", str),
+    ("gpu_arch", "GPU arch", str), ("gpu_driver", "GPU driver", str))
+
+
+def machine_of(doctor: Mapping[str, Any], bench_cpu: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The MACHINE_FACTS of a run: its doctor facts (``machine_info.perfsuite.doctor``), completed for runs recorded
+    before the doctor read CPUID by pytest-benchmark's own ``machine_info.cpu`` (py-cpuinfo)."""
+    cpu = dict(doctor.get("cpu") or {})
+    pb = bench_cpu or {}
+    hz = (pb.get("hz_advertised") or [None])[0]
+    for key, alt in (("vendor", pb.get("vendor_id_raw")), ("family", pb.get("family")), ("model_number", pb.get("model")),
+                     ("stepping", pb.get("stepping")), ("clock_mhz", hz / 1e6 if hz else None),
+                     ("llc_bytes", pb.get("l3_cache_size"))):
+        if cpu.get(key) is None and alt is not None:
+            cpu[key] = alt
+    gpu = (doctor.get("gpus") or [{}])[0]
+    out = {key: cpu.get(key) for key, _, _ in MACHINE_FACTS[:8]}
+    out.update(gpu=gpu.get("name"), gpu_arch=gpu.get("arch"), gpu_driver=gpu.get("driver"))
+    return out
+
+
+def machine_differs(current: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line naming the facts in which this machine differs from the baseline runs' machine (or from each of
+    their machines), or None when it matches one of them (facts a side did not record are not compared)."""
+    seen = [machine_of(((r.get("machine_info") or {}).get("perfsuite") or {}).get("doctor") or {},
+                       (r.get("machine_info") or {}).get("cpu")) for r in runs]
+    if not seen:
+        return None
+
+    def diffs(base: Mapping[str, Any]) -> list[str]:
+        return [f"{name} {show(current[key])} vs {show(base[key])}" for key, name, show in MACHINE_FACTS
+                if _differ(current.get(key), base.get(key)) and show(current[key]) != show(base[key])]
+
+    found = [diffs(m) for m in seen]
+    if any(not d for d in found):
+        return None
+    many = len({tuple(sorted((k, str(v)) for k, v in m.items())) for m in seen}) > 1
+    return (f"this machine differs from the baselines' machine{'s' if many else ''} in what decides speed "
+            f"({', '.join(found[-1])}; here vs the newest baseline run): the screen's numbers compare machines, not "
+            "code; only an A/B against the baselines' commit, both trees measured here and now, is evidence about "
+            "the code")
+
+
 def probe_lines(peaks: Mapping[str, Any] | None, runs: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per probe that differs from the baseline runs' beyond their spread (3 robust SDs of the log, at
     least PROBE_FLOOR)."""

@@ -62,6 +62,7 @@ class Confirmation:
     summary: list[str] = field(default_factory=list)
     threads: ThreadChoice | None = None  # the A/B's, once one ran
     out_dir: Path | None = None  # where the operator diffs go (beside --perf-gate-json); None: printed only
+    machine_note: str | None = None  # "this machine differs from the baselines' machine ..." (machine.machine_differs)
     libraries: tuple[str, ...] = ()  # a confirmed regression's note when A ran the baselines' library versions
 
     def review(self, nodeid: str, verdicts: Sequence[Any], fail_msg: str | None, unsure_msg: str | None
@@ -71,7 +72,8 @@ class Confirmation:
         screened = [(v.metric, v.kind, self.findings.get((nodeid, v.metric))) for v in verdicts if not v.exact and (
             v.kind == "regression" or (v.kind == "inconclusive" and (nodeid, v.metric) in self.findings))]
         if not screened:  # the screen's own messages, with what changed besides the code
-            libs = "".join("\n  " + line for line in self.probe if line.startswith("the baselines were recorded"))
+            libs = "".join("\n  " + line for line in self.probe
+                           if line.startswith(("the baselines were recorded", "this machine differs")))
             return (fail_msg and fail_msg + libs), (unsure_msg and unsure_msg + libs), []
         out = decision.review(short_name(nodeid), screened, on_unconfirmed=self.config.on_unconfirmed,
                               fail_on_inconclusive=self.fail_on_inconclusive)
@@ -83,13 +85,24 @@ class Confirmation:
             return (fail_msg or "perfsuite gate:") + lines + tail, unsure, warns
         return None, unsure, warns
 
+    def decisions(self, verdicts: Sequence[Any]) -> list[str] | None:
+        """What each of the session's gated metrics ended as (None when no confirmation could run: the screen's
+        table stands as the verdict)."""
+        if self.foreign or not self.config.enabled:
+            return None
+        out = [v.kind if v.exact else decision.decided(
+            v.kind, self.findings.get((v.test, v.metric)), on_unconfirmed=self.config.on_unconfirmed,
+            screen_only=self.inconclusive == "none") for v in verdicts]
+        return None if out == [v.kind for v in verdicts] else out  # nothing to confirm: the screen is the decision
+
     def summary_lines(self) -> list[str]:
         return ([self.foreign] if self.foreign else []) + self.probe + self.summary
 
     def run(self, ps: Any, items: Sequence[Any], results: Mapping[str, Any], say: Callable[[str], None],
             rootpath: Path) -> None:
         gate = ps.gate
-        self.probe = machine.probe_lines(ps.peaks, gate.runs[-gate.config.baseline_runs:])
+        self.probe = ([self.machine_note] if self.machine_note else []) + machine.probe_lines(
+            ps.peaks, gate.runs[-gate.config.baseline_runs:])
         libs = machine.version_diffs(ps.facts, gate.runs[-gate.config.baseline_runs:])
         if libs:  # what changed besides the code: every verdict of this session says so
             self.probe.append(f"the baselines were recorded with other libraries: {'; '.join(libs)}; a change the "
@@ -113,7 +126,10 @@ class Confirmation:
             f"more metric(s) of {len(cells)} cell(s); confirming with an A/B against the baselines' commit, budget "
             f"{budget:.0f} s")
         try:
-            found = self._ab(ps, targets, cells, budget, say, rootpath)
+            try:
+                found = self._ab(ps, targets, cells, budget, say, rootpath)
+            except (SyntaxError, ImportError) as exc:  # a broken module of this tree, met by a lazy import
+                raise CannotConfirm(broken_import(exc)) from None
         except CannotConfirm as exc:
             say(f"perfsuite confirm: cannot confirm: {exc}")
             found = {(t.nodeid, t.metric): decision.Finding("unconfirmed", t.metric, reason=str(exc))
@@ -273,6 +289,16 @@ def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: 
                             extra=extra if kind == "confirmed" else ())
 
 
+def broken_import(exc: SyntaxError | ImportError) -> str:
+    """One line for a module of this tree that does not import, instead of a traceback that loses the screen."""
+    if isinstance(exc, SyntaxError):
+        where = f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
+    else:
+        where = f"{type(exc).__name__}: {exc}"
+    return (f"this tree's perfsuite does not import ({where}); fix it, or gate on the screen alone with "
+            "--perf-screen-only; the screen's verdicts below stand unconfirmed")
+
+
 def baseline_commit(runs: Sequence[Mapping[str, Any]]) -> str:
     """The commit the newest baseline run was recorded at (pytest-benchmark's commit_info)."""
     for run in reversed(runs):
@@ -336,6 +362,13 @@ def start(ps: Any, *, confirm_inconclusive: bool, python: str | None, allow_fore
     mode = "all" if confirm_inconclusive else "none" if screen_only else "suspected"
     conf = Confirmation(ps.gate.config.confirm or ConfirmConfig(), mode, python, ps.fail_on_inconclusive,
                         out_dir=out_dir)
+    try:  # facts are context: a failing probe must not stop the gate
+        from perfsuite.machine import doctor
+
+        here = machine.machine_of(doctor.machine_facts(ps.settings.device))
+        conf.machine_note = machine.machine_differs(here, ps.gate.runs[-ps.gate.config.baseline_runs:])
+    except Exception:
+        conf.machine_note = None
     forced = ps.runner_class != ps.facts.get("detected_runner_class")
     if forced and not allow_foreign:
         conf.foreign = machine.foreign_hardware(machine.current_hardware(ps.facts), ps.gate.runs)

@@ -5,9 +5,12 @@ and a SIGINT during the removal is held back until it is done."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -72,12 +75,56 @@ def remove(top: Path, tree: Path) -> None:
             _git(top, "worktree", "prune")
 
 
+_PREFIX = "perfsuite-confirm-"
+_OWNER = "owner.json"  # beside the worktree: the pid and start time of the process that made it
+
+
+def _alive(owner: dict) -> bool:
+    import psutil
+
+    try:
+        return abs(psutil.Process(int(owner["pid"])).create_time() - float(owner["started"])) < 1.0
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def sweep_stale(top: Path) -> list[Path]:
+    """Remove the confirmation worktrees of ``top`` whose owner process is gone (a run killed with SIGKILL cannot
+    clean up after itself): they stay registered in ``git worktree list`` and their checkouts fill the temp dir.
+    Returns what was removed."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        listed = _git(top, "worktree", "list", "--porcelain").stdout
+        gone: list[Path] = []
+        for line in listed.splitlines():
+            if not line.startswith("worktree "):
+                continue
+            tree = Path(line.split(" ", 1)[1])
+            if not tree.parent.name.startswith(_PREFIX) or tree.resolve() == top:
+                continue
+            try:
+                owner = json.loads((tree.parent / _OWNER).read_text())
+            except (OSError, ValueError):
+                owner = {}
+            if not _alive(owner):
+                remove(top, tree)
+                gone.append(tree)
+        return gone
+    return []
+
+
 @contextlib.contextmanager
 def temporary_worktree(top: Path, sha: str) -> Iterator[Path]:
-    """``top``'s commit ``sha`` in a fresh detached worktree under the temp dir; gone when the block ends."""
+    """``top``'s commit ``sha`` in a fresh detached worktree under the temp dir; gone when the block ends. Worktrees
+    that killed runs left behind are removed first (:func:`sweep_stale`), and said so on stderr."""
+    for old in sweep_stale(top):
+        print(f"perfsuite: removed the confirmation worktree {old} that a killed run left behind", file=sys.stderr)
     with sigterm_as_interrupt():
-        tree = Path(tempfile.mkdtemp(prefix="perfsuite-confirm-")) / "a"
+        tree = Path(tempfile.mkdtemp(prefix=_PREFIX)) / "a"
         try:
+            import psutil
+
+            (tree.parent / _OWNER).write_text(json.dumps({"pid": os.getpid(),
+                                                          "started": psutil.Process().create_time()}))
             proc = _git(top, "worktree", "add", "--detach", "--quiet", str(tree), sha, timeout_s=600)
             if proc.returncode != 0:
                 tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
