@@ -73,7 +73,8 @@ def trial(out: Path, tree: str, commits: int, at: int, budget: str, busy: bool) 
             "first_bad": data.get("first_bad"), "want": want, "stopped": data.get("stopped"),
             "candidates": data.get("candidates"), "steps": data.get("steps"), "top_ops": [r["op"] for r in ops[:3]],
             "ops_verdict": (data.get("operators") or {}).get("verdict"), "finished": time.time(),
-            "tail": "" if proc.returncode in (0, 1) else (proc.stdout + proc.stderr)[-1500:]}
+            "tail": "" if proc.returncode in (0, 1) else (proc.stdout + proc.stderr)[-1500:],
+            "stdout": proc.stdout[-6000:]}  # what the user reads (docs/gate.md quotes one)
 
 
 def cmd_trials(out: Path, plan: str, budget: str, cotenant: float, seed: int | None) -> None:

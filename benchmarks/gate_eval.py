@@ -317,6 +317,7 @@ def run_pytest(out: Path, item: dict[str, Any]) -> dict[str, Any]:
                                   "rows": [{k: r[k] for k in ("op", "a_ms", "b_ms", "delta", "share", "claimed",
                                                                "status")} for r in d["diff"]["rows"]]}
     text = proc.stdout + proc.stderr
+    run_json.with_suffix(".txt").write_text(text)  # the whole output, as the user read it
     failed = sorted(set(re.findall(r"FAILED \S+::(test_\w+)\[", text)))
     m = _PB.search(text)
     pb = sorted(set(re.findall(r"(test_\w+)\[", m.group(1)))) if m else []

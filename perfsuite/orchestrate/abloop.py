@@ -134,7 +134,9 @@ def pairing(asked: str, facts: dict[str, dict[str, Any]]) -> tuple[bool, str]:
     old = [s.upper() for s in ("a", "b") if not lockstep.supported(facts.get(s) or {})]
     if old:
         return False, (f"pairs: sequential: side {' and '.join(old)}'s tree predates lockstep pairs (its workers "
-                       "cannot take turns); drift between a pair's two processes is not cancelled")
+                       "cannot take turns); drift between a pair's two processes is not cancelled; when A is the "
+                       "stored baselines' commit, re-record them at a current commit (`perfsuite run "
+                       "--update-baselines`, README: Baselines) and the A/B pairs in lockstep")
     return True, "pairs: lockstep: both workers of a pair alive together, taking turns generation by generation"
 
 

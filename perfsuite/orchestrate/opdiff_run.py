@@ -16,20 +16,29 @@ from perfsuite.measure import opprofile
 from perfsuite.verdict import opdiff
 
 PAIRS = 5  # profile pairs per cell: about 4 s each for a tiny CPU cell (two process starts and loads)
+MIN_PAIRS = 3  # the noise of fewer pairs claims nothing
+BUDGET_S = 60.0  # a pair is started only if it fits the operator diff's budget (at least MIN_PAIRS run)
 
 
 def operator_diff(sides: Mapping[str, Any], cell: dict[str, Any], ratio: float | None, workdir: Path,
                   out_dir: Path | None, *, pairs: int = PAIRS, rng: random.Random | None = None,
-                  cache_dir: str | None = None, say: Callable[[str], None] | None = None) -> opdiff.OpDiff:
+                  cache_dir: str | None = None, say: Callable[[str], None] | None = None,
+                  budget_s: float = BUDGET_S) -> opdiff.OpDiff:
     """``sides``: {"a": Side, "b": Side}. ``ratio``: the timed A/B's B / A of the cell's regressed metric. With
-    ``out_dir``, writes ``opdiff-<cell>.json`` and the traces of the first pair there."""
+    ``out_dir``, writes ``opdiff-<cell>.json`` and the traces of the first pair there. Up to ``pairs`` pairs; after
+    ``MIN_PAIRS``, a pair starts only if one more (as long as the slowest so far) ends inside ``budget_s``."""
     rng = rng or random.Random()
     t0 = time.monotonic()
     got: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    slowest = 0.0
     for i in range(pairs):
+        if i >= MIN_PAIRS and time.monotonic() - t0 + slowest > budget_s:
+            break
+        t_pair = time.monotonic()
         prof = {s: opprofile.run(sides[s.lower()], cell, workdir, f"{cell['id']}-{s}{i}", cache_dir=cache_dir)
                 for s in rng.sample(["A", "B"], 2)}
         got.append((prof["A"], prof["B"]))
+        slowest = max(slowest, time.monotonic() - t_pair)
         if any("skip" in p or "error" in p for p in prof.values()):
             break  # a side that cannot be profiled will not be profiled by the next pair either
     d = opdiff.diff(got, ratio=ratio)

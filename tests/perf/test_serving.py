@@ -3,7 +3,9 @@ profile's load points (``[tool.perfsuite.serving.<profile>]`` in pyproject.toml;
 
 Ids read as the cell: ``test_ttft_under_load[vllm-serve-tiny-llama-float32-pc-random-i64-o16-poisson-r4-n16]``.
 pytest-benchmark's rounds are per request (TTFT, TPOT, E2EL) or per streamed chunk (ITL); a replicate is a server
-start. The smoke profile has no serving points: these tests are then not collected.
+start. The smoke profile (the default, and CI's) has no serving points: each of the four tests is then collected once,
+as ``[none]``, and skipped with the reason (profile smoke has no ``[tool.perfsuite.serving.smoke]``), so CI runs no
+server here; the serving code's own tests are in tests/serve, and ``--perf-profile pr`` runs these.
 """
 
 import pytest

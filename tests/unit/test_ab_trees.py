@@ -6,6 +6,7 @@ in."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
         note += f"        open({str(parent)!r}, 'a').write(str(__import__('os').getppid()) + '\\n')\n"
         backend.write_text(src.replace(DECODE, DECODE + note + extra))
     out = tmp_path / "ab.json"
-    rc = cli(["ab", "--a", str(a), "--b", str(b), "--budget", "4m", "--json", str(out)])
+    rc = cli(["ab", "--a", str(a), "--b", str(b), "--budget", "4m", "--json", str(out), "--operators", "3"])
     data = json.loads(out.read_text())
     assert rc == 1 and data["stopped"] == "regression"
     # one hash seed for both sides' zygotes, drawn for this run (perfsuite.machine.cotenant.hash_seed_env)
@@ -41,7 +42,14 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
     # one zygote for both sides (perfsuite.measure.worker.zygote): every worker of A and of B is its child, and still runs
     # its own side's tree (perfsuite_file below)
     assert data["zygote"] == "shared"
+    # after the decision, the regressed cell's operator diff: 3 profile pairs, each run a fresh process of its side's
+    # tree started by the coordinator (this process), never timed; the timed workers are the zygote's children
+    ops = data["operators"]["torch-tiny-llama-float32-b1-p8-n4"]
+    assert ops["verdict"] in ("claimed", "spread") and len(ops["rows"]) > 0, ops
+    me = str(os.getpid())
     parents = {side: set((tmp_path / f"parents-{side}").read_text().split()) for side in "ab"}
+    assert me in parents["a"] and me in parents["b"], parents
+    parents = {side: got - {me} for side, got in parents.items()}
     assert len(parents["a"]) == 1 and parents["a"] == parents["b"], parents
     tpot = next(v for v in data["verdicts"] if v["metric"] == "median_tpot_ms")
     assert tpot["kind"] == "regression" and tpot["ratio"] > 1

@@ -75,6 +75,8 @@ def register(sub: Any) -> None:
     p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when the budget ends undecided")
     p.add_argument("--out", type=Path, default=None, help="keep worker files and pairs.jsonl here")
     p.add_argument("--json", type=Path, default=None, help="write the verdicts and every pair here as JSON")
+    p.add_argument("--operators", type=int, default=5, metavar="PAIRS",
+                   help="profile pairs of a regressed cell's operator diff, within 60 s (default 5; 0: none)")
 
 
 # --------------------------------------------------------------------------------------------------- sides
@@ -186,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
              if stop_reason in abloop.VALUE_BLIND_STOPS else "")
           + (f"; workers in {out_dir}" if out_dir else ""))
     operators = {}
-    if stop_reason != "interrupted":  # a regressed cell's operator diff (profile pairs after the decision, not timed)
+    if stop_reason != "interrupted" and args.operators > 0:  # a regressed cell's operator diff (profile pairs after the decision, not timed)
         from perfsuite.orchestrate.opdiff_run import operator_diff
         from perfsuite.verdict.opdiff import lines as op_lines
 
@@ -196,7 +198,8 @@ def main(args: argparse.Namespace) -> int:
             if worst is not None:
                 keep = args.json.resolve().parent if args.json else out_dir
                 with tempfile.TemporaryDirectory(prefix="perfsuite-opdiff-") as tmp:
-                    d = operator_diff(sides, cell, math.exp(worst.cs.estimate()), Path(tmp), keep, say=say)
+                    d = operator_diff(sides, cell, math.exp(worst.cs.estimate()), Path(tmp), keep, say=say,
+                                      pairs=args.operators)
                 operators[cell["id"]] = d.as_dict()
                 print("\n".join(op_lines(d)))
     result = {"kind": "ab", "runner_class": _runner_class(args.device), "profile": plans["b"]["profile"],
