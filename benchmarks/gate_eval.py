@@ -41,7 +41,6 @@ DECODE_HEAD = '''    @torch.inference_mode()
     def _step(self, ids: torch.Tensor, past: Any) -> StepResult:
         out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
         nxt = out.logits[:, -1, :].argmax(dim=-1)
-        tokens = nxt.tolist()
 '''
 LOAD_LINE = "model = load_torch_model(self.cell.model_dir, self.cell.dtype, self.cell.attn_implementation)"
 
@@ -654,6 +653,7 @@ def cmd_report(out: Path) -> None:
                      f"{_rate(sum(bool(r['pb_regressed']) for r in rs), len(rs))} | "
                      f"{_rate(sum('test_tpot' in r['pb_regressed'] for r in rs), len(rs))} | "
                      + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + " |")
+    lines += _default_section(recs)
     lines += _replay_section(recs)
     lines += _conditions_section(recs)
     lines += _drift_section(recs)
@@ -661,6 +661,32 @@ def cmd_report(out: Path) -> None:
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
     print(text)
+
+
+def _default_section(recs: list[dict[str, Any]]) -> list[str]:
+    """Issue 38's rows: the default `--benchmark-compare` (no option) per tree: run fails, why (confirmed regression
+    or outputs changed), the default confirmation's wall, the operator diff's verdict, top 3 and seconds."""
+    rs_all = [r for r in recs if r.get("default") and r["rc"] in (0, 1)]
+    if not rs_all:
+        return []
+    out = ["", "## default `pytest --benchmark-compare` (issue 38)", "",
+           "| tree | trials (co-tenant) | run fails | outputs changed | confirmation wall median / max | confirmed metrics "
+           "(screened regression / suspected) | operator diff: verdict, top 3 by share, seconds |", "|---|---|---|---|---|---|---|"]
+    for tree in sorted({r["tree"] for r in rs_all}):
+        rs = [r for r in rs_all if r["tree"] == tree]
+        walls = [r["confirmed_by_default"][3] if r.get("confirmed_by_default") else 0 for r in rs]
+        conf = [r["confirmed_by_default"] for r in rs if r.get("confirmed_by_default")]
+        ops = []
+        for r in rs:
+            for d in (r.get("opdiff") or {}).values():
+                top = sorted(d["rows"], key=lambda x: -abs(x["share"] or 0))[:3]
+                ops.append(f"{d['verdict']} {'/'.join(x['op'].removeprefix('aten::') for x in top)} {d['seconds']:.0f}s")
+        out.append(f"| {tree} | {len(rs)} ({sum(bool(r['cotenant']) for r in rs)}) | "
+                   f"{_rate(sum(r['rc'] == 1 for r in rs), len(rs))} | "
+                   f"{sum(bool(r.get('outputs_changed')) for r in rs)}/{len(rs)} | "
+                   f"{statistics.median(walls):.0f} / {max(walls):.0f} s | "
+                   f"{sum(c[1] for c in conf)} / {sum(c[2] for c in conf)} | {'; '.join(ops) or '-'} |")
+    return out
 
 
 def main() -> None:

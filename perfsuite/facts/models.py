@@ -73,8 +73,27 @@ def _check_checkpoint(path: Path) -> Path:
     if not list(path.glob("*.safetensors")):
         raise ModelError(f"{path}: no *.safetensors weights (only safetensors are loaded; convert .bin checkpoints"
                          " with transformers' save_pretrained(safe_serialization=True))")
-    check_stock_code(_read_config(path), path)
+    config = _read_config(path)
+    check_stock_code(config, path)
+    check_known_architecture(config, path)
     return path
+
+
+def check_known_architecture(config: dict[str, Any], where: Path | str) -> None:
+    """Refuse, before anything is measured, a ``model_type`` the installed transformers does not ship (it would fail
+    later inside a worker with transformers' own text, which advises upgrading)."""
+    mt = config.get("model_type")
+    try:
+        import transformers
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except ImportError:  # no transformers here: the backend that needs it says so
+        return
+    if isinstance(mt, str) and mt in CONFIG_MAPPING_NAMES:
+        return
+    what = "has no model_type" if mt is None else f"has model_type {mt!r}, which transformers {transformers.__version__} does not ship"
+    raise ModelError(f"{where}: config.json {what}; perfsuite loads the architectures transformers ships (custom code "
+                     "stays off): use a checkpoint of a shipped model_type (llama, mistral, opt, ...) or a preset "
+                     f"({', '.join(sorted(PRESETS))})")
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -36,6 +36,22 @@ def test_the_doctor_shows_the_cpu_as_it_is_not_the_injected_flags():
     assert f["tier"] == "avx2" and "avx512f" not in f["flags"]
 
 
+def test_the_doctor_names_injected_flags_and_refuses_malformed_ones():
+    """Issue 40: the doctor ignored PERFSUITE_CPU_FLAGS and accepted malformed values silently. It now says what
+    runs are classed as under the injected flags (a warning), and a malformed value is a blocking finding."""
+    from perfsuite.machine.doctor.core import Report, assess
+
+    cores = capabilities.cpu_count()
+    f = cpu.facts(_host(EPYC_AVX2, **{capabilities.ENV_FLAGS: "avx512f amx_tile"}))
+    assert f["injected_flags"] == {"tier": "amx", "runner_class": f"cpu-amd-epyc-7763-64-core-amx-{cores}c"}
+    [w] = [x for x in assess(Report("cpu", f)) if x.topic == "cpu"]
+    assert w.level == "warn" and "classed cpu-amd-epyc-7763-64-core-amx-" in w.message and "(tier avx2)" in w.message
+    bad = cpu.facts(_host(EPYC_AVX2, **{capabilities.ENV_FLAGS: "avx512f; rm -rf"}))
+    [e] = [x for x in assess(Report("cpu", bad)) if x.topic == "cpu"]
+    assert e.blocking and capabilities.ENV_FLAGS in e.message and "unset" in e.fix
+    assert "injected_flags" not in cpu.facts(_host(EPYC_AVX2))
+
+
 def test_the_table_and_the_json_show_the_tier_and_the_class():
     from perfsuite.machine import doctor
 

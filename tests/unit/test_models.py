@@ -104,6 +104,23 @@ def test_custom_code_checkpoints_are_refused(tiny, tmp_path, model_type, auto_ma
         assert "trust_remote_code is off" in msg and "without auto_map" in msg and "\n" not in msg
 
 
+@pytest.mark.parametrize("model_type", ["llama-next", None])
+def test_an_architecture_transformers_does_not_ship_is_refused_before_measuring(tiny, tmp_path, model_type):
+    """Issue 40: a checkpoint whose model_type the installed transformers does not know used to start measuring and
+    fail in a worker with transformers' advice to upgrade. Now one line, at resolve time, names it and the fix."""
+    ckpt = _checkpoint_with(tiny, tmp_path, model_type=model_type)
+    if model_type is None:
+        cfg = json.loads((ckpt / "config.json").read_text())
+        del cfg["model_type"]
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+    for call in (models.resolve, models.model_config):
+        with pytest.raises(models.ModelError) as exc:
+            call(str(ckpt))
+        msg = str(exc.value)
+        said = "has no model_type" if model_type is None else "has model_type 'llama-next', which transformers"
+        assert str(ckpt) in msg and said in msg and "or a preset (" in msg and "\n" not in msg, msg
+
+
 def test_stock_checkpoint_resolves(tiny, tmp_path):
     ckpt = _checkpoint_with(tiny, tmp_path)
     assert models.resolve(str(ckpt)).path == ckpt

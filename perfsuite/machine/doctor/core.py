@@ -145,6 +145,14 @@ def assess(r: Report) -> list[Finding]:
         out.append(Finding("error", "device", f"--device cuda, but no GPU was found ({tried})", fix))
     elif not r.gpus:
         out.append(Finding("ok", "device", "no GPU: the CPU cells run here (--perf-device cpu)"))
+    inj = r.cpu.get("injected_flags") or {}
+    if inj.get("error"):
+        out.append(Finding("error", "cpu", inj["error"], "unset PERFSUITE_CPU_FLAGS outside tests"))
+    elif inj:
+        out.append(Finding("warn", "cpu", f"PERFSUITE_CPU_FLAGS is set: runs in this environment are classed "
+                           f"{inj['runner_class']} (tier {inj['tier']}) from the injected flags, not this CPU's "
+                           f"{r.cpu.get('runner_class')} (tier {r.cpu.get('tier')})",
+                           "unset it outside tests: injected flags do not change the kernels that run"))
     for s in r.sources:
         if s.status == "error":  # installed but hung, failed or garbled: its facts are missing, say so
             said = s.detail if s.detail.startswith(s.name) else f"{s.name}: {s.detail}"

@@ -61,7 +61,16 @@ def facts(host: Host) -> dict[str, Any]:
     text = host.read_text("/proc/cpuinfo") or ""
     caps = capabilities.detect(cpuinfo=text, env={})
     rc = runner_class.from_facts("cpu", {"cpu_model": caps.model, "cores": caps.cores, "cpu_tier": caps.tier})
-    return {"model": caps.model, "cores": caps.cores, "logical_cpus": os.cpu_count(),
+    out: dict[str, Any] = {}
+    injected = (host.env or {}).get(capabilities.ENV_FLAGS)
+    if injected is not None:  # a test hook: say what runs here are classed as, or why the value is refused
+        try:
+            fake = capabilities.detect(cpuinfo=text, env={capabilities.ENV_FLAGS: injected})
+            out["injected_flags"] = {"tier": fake.tier, "runner_class": runner_class.from_facts(
+                "cpu", {"cpu_model": fake.model, "cores": fake.cores, "cpu_tier": fake.tier})}
+        except ValueError as exc:
+            out["injected_flags"] = {"error": str(exc)}
+    return out | {"model": caps.model, "cores": caps.cores, "logical_cpus": os.cpu_count(),
             "machine": platform.machine(), "system": platform.system(),
             "memory_total_bytes": meminfo_bytes(host), "llc_bytes": last_level_cache_bytes(host),
             "flags": [f for f in FLAGS_OF_INTEREST if f in caps.flags], "tier": caps.tier, "runner_class": rc,
