@@ -47,14 +47,15 @@ def _generate(backend: Any, prompts: list[list[int]], new_tokens: int) -> int:
     return len(prompts) * new_tokens
 
 
-def torch_ops(run: Callable[[], int], device: str, trace: Path) -> dict[str, Any]:
+def torch_ops(run: Callable[[], int], device: str, trace: Path | None) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device != "cpu" else [])
     with profile(activities=acts) as prof:
         tokens = run()
-    prof.export_chrome_trace(str(trace))
+    if trace is not None:  # seconds for a few generations: only the runs whose trace is kept write one
+        prof.export_chrome_trace(str(trace))
     ops: dict[str, float] = {}
     calls: dict[str, int] = {}
     for e in prof.key_averages():
@@ -139,14 +140,15 @@ def profile_job(job: dict[str, Any]) -> dict[str, Any]:
     cell = dataclasses.replace(cell, model_dir=resolved.path)
     sc = cell.scenario
     prompts = models.prompts(sc.batch_size, sc.prompt_tokens, resolved.vocab_size, cell.seed)
-    trace = Path(job["trace"])
+    trace = Path(job["trace"]) if job.get("trace") else None
+    keep = trace or Path(job.get("workdir") or ".") / "ort-profile.json"
     gens, warm = int(job.get("generations", 3)), int(job.get("warmup", 1))
 
     def run() -> int:
         return sum(_generate(backend, prompts, sc.new_tokens) for _ in range(gens))
 
     if cell.backend.startswith("onnxruntime"):
-        with OrtSessions(trace.with_suffix("")) as sessions:
+        with OrtSessions(keep.with_suffix("")) as sessions:
             backend = create(cell, cache)
             backend.load()
         try:
@@ -157,9 +159,10 @@ def profile_job(job: dict[str, Any]) -> dict[str, Any]:
             ops, calls, files = sessions.ops()
         finally:
             backend.close()
-        trace.write_text(json.dumps([e for f in files for e in json.loads(Path(f).read_text())]))
+        if trace is not None:
+            trace.write_text(json.dumps([e for f in files for e in json.loads(Path(f).read_text())]))
         return {"tool": f"onnxruntime {sessions.ort.__version__} session profiling, node time", "tokens": tokens,
-                "ops": ops, "calls": calls, "trace": str(trace)}
+                "ops": ops, "calls": calls, **({"trace": str(trace)} if trace else {})}
     backend = create(cell, cache)
     backend.load()
     try:
@@ -168,18 +171,19 @@ def profile_job(job: dict[str, Any]) -> dict[str, Any]:
         out = torch_ops(run, cell.device, trace)
     finally:
         backend.close()
-    return {**out, "trace": str(trace)}
+    return {**out, **({"trace": str(trace)} if trace else {})}
 
 
 def run(side: Any, cell: dict[str, Any], workdir: Path, label: str, *, generations: int = 3, warmup: int = 1,
-        cache_dir: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
+        cache_dir: str | None = None, timeout_s: float = 300, trace: bool = True) -> dict[str, Any]:
     """The coordinator's side: profile ``cell`` in a fresh process of ``side`` (a perfsuite.measure.worker.pool.Side):
     this file, run as a script by the side's interpreter, with the side's tree first on PYTHONPATH."""
     from perfsuite.machine.external import run_tool
 
     job, out = workdir / f"profile-{label}.job.json", workdir / f"profile-{label}.out.json"
     job.write_text(json.dumps({"cell": cell, "cache_dir": cache_dir, "generations": generations, "warmup": warmup,
-                               "trace": str(workdir / f"trace-{label}.json")}))
+                               "trace": str(workdir / f"trace-{label}.json") if trace else None,
+                               "workdir": str(workdir)}))
     proc = run_tool([side.python, str(Path(__file__).resolve()), str(job), str(out)], timeout_s, cwd=side.tree,
                     env=side.environ())
     try:
