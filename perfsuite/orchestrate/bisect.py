@@ -178,7 +178,7 @@ class Bisection:
         from perfsuite.orchestrate.confirm.worktree import temporary_worktree
 
         t0 = time.monotonic()
-        label = "the bad end" if tau is None else commit[:12]
+        label = f"the bad end {commit[:12]}" if tau is None else commit[:12]
         with temporary_worktree(self.top, commit) as wt:
             side_b = pool.Side(wt / self.rel, self.python or self.good_side.python, "B", self.env)
             sides = {"a": self.good_side, "b": side_b}
@@ -211,6 +211,6 @@ class Bisection:
         verdict = {"regression": "bad", "unchanged": "good"}.get(m.kind, "inconclusive")
         s = Step(commit, verdict, math.expm1(m.cs.estimate()), math.expm1(lo), math.expm1(hi), m.cs.n,
                  time.monotonic() - t0, budget_s, note=f"{m.cell_id} {m.metric}", subject=subject(self.top, commit))
-        self.say(f"{label} {commit[:12]} {s.subject[:60]!r}: B/A {s.change:+.1%} [{s.low:+.1%}, {s.high:+.1%}], "
+        self.say(f"{label} {s.subject[:60]!r}: B/A {s.change:+.1%} [{s.low:+.1%}, {s.high:+.1%}], "
                  f"{s.pairs} pair(s) in {s.seconds:.0f} s: {verdict}")
         return s

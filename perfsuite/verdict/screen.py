@@ -152,8 +152,12 @@ class GateSession:
             lines.append(f"{self.skipped_contended} stored run(s) marked contended were left out of the baseline")
         lines += [f"{values.short_name(node)}: {msg} (whatever its timings say, it is not an improvement)"
                   for node, msg in self.changed.items()]
+        settled = set()  # tests whose inconclusive screens the confirmation decided: no hint to settle them
+        if decided:
+            open_ = {v.test for v, d in zip(self.verdicts, decided, strict=True) if d.startswith("inconclusive")}
+            settled = {v.test for v in self.verdicts} - open_
         return lines + [f"inconclusive {values.short_name(node)}: settle it with: {hint}"
-                        for node, hint in self.hints.items()]
+                        for node, hint in self.hints.items() if node not in settled]
 
 
 def make_session(raw: Mapping[str, Any] | GateConfig | None, baseline_runs: Sequence[Mapping[str, Any]]

@@ -133,3 +133,19 @@ def test_the_end_of_run_table_shows_what_was_decided() -> None:
     c.findings[(NODE, "median_tpot_ms")] = Finding("unconfirmed", "median_tpot_ms", reason="no git")
     assert c.decisions(vs)[0] == "unconfirmed (passing)" and conf().decisions(vs)[0] == "REGRESSION (unconfirmed)"
     assert conf().decisions([vs[2], vs[3]]) is None and report.table([vs[2]])[-1] == "1 unchanged of 1 gated metrics"
+
+
+def test_a_settled_screen_prints_no_hint_to_settle_it() -> None:
+    """The screen's "settle it with: perfsuite ab ..." hint is left out for a test whose metrics the confirmation
+    decided, and kept for one it left undecided."""
+    from perfsuite.verdict.screen import make_session
+
+    other = "tests/perf/test_latency.py::test_ttft[c]"
+    gs = make_session(None, [])
+    gs.verdicts = [verdict("inconclusive"), Verdict(other, "median_ttft_ms", "inconclusive", 1.1, 0.8, 1.5, 0.5, 0.03,
+                                                    "lower_is_better", 0.01, 0.2, "runs", 10, 1)]
+    gs.hints = {NODE: "perfsuite ab --cells c", other: "perfsuite ab --cells c"}
+    lines = gs.summary_table(["REGRESSION (confirmed)", "inconclusive (A/B undecided)"])
+    hints = [line for line in lines if "settle it with" in line]
+    assert hints == ["inconclusive test_ttft[c]: settle it with: perfsuite ab --cells c"], lines
+    assert len([line for line in gs.summary_table() if "settle it with" in line]) == 2
