@@ -14,7 +14,7 @@ from perfsuite.facts.vocabulary import pct as _pct
 KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
 # A suspected screen is confirmed by default only if this many A/B pairs of its cell fit the default confirmation's
 # budget: fewer pairs than this never decided a change under 10 % in campaigns 9 and 10 (docs/gate-evaluation.md; the
-# torch cell's default confirmations there took 45-48 pairs at ~1.9 s a pair), while a vLLM pair (~50 s: an engine
+# torch cell's default confirmations there took 33-73 pairs at ~2 s a pair), while a vLLM pair (~50 s: an engine
 # start per side, issue 40) would spend a 2-min budget on 2 pairs and decide nothing.
 MIN_PAIRS = 10
 
