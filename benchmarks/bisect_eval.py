@@ -33,23 +33,13 @@ def history(out: Path, tree: str, commits: int, at: int) -> Path:
         return hist
     base = ge.git("rev-parse", "HEAD", cwd=out / "A")
     ge.git("worktree", "add", "--detach", str(hist), base)
-    *what, new, msg = ge.REGRESSIONS[tree]
-    old = what[0] if what else ge.DECODE_HEAD
+    msg = ge.REGRESSIONS[tree][-1]
     note = hist / "docs" / "bisect-history.md"
     for i in range(1, commits + 1):
         with note.open("a") as fh:
             fh.write(f"- commit {i} of {commits}\n")
         if i == at:
-            f = hist / ge.BACKEND_FILE
-            src = f.read_text()
-            if old not in src:
-                sys.exit(f"{f}: regression anchor not found")
-            src = src.replace(old, new)
-            if "burn_for" in new:
-                src = src.replace("import torch\n", "import time\n\nimport torch\n", 1)
-                src = src.replace("from perfsuite.machine import memory\n", "from perfsuite.machine import memory\n"
-                                  "from perfsuite.measure.backends.inject import burn_for\n", 1)
-            f.write_text(src)
+            ge.apply_regression(hist, tree)
         ge.git("add", "-A", cwd=hist)
         ge.git("commit", "-qm", f"history {i}/{commits}" + (f": {msg}" if i == at else ""), cwd=hist)
     print(f"{hist}: {commits} commits on {base[:12]}, the regression ({tree}) in commit {at}", flush=True)

@@ -149,20 +149,26 @@ def cmd_trees(out: Path, record: int = 0, fresh: bool = False) -> None:
             _record(tree, record)
             head = git("rev-parse", "HEAD", cwd=tree)  # every other tree starts from A with its baselines
         if name in REGRESSIONS:
-            *what, new, msg = REGRESSIONS[name]
-            old = what[0] if what else DECODE_HEAD
-            f = tree / BACKEND_FILE
-            src = f.read_text()
-            if old not in src:
-                sys.exit(f"{f}: {old.strip().splitlines()[0]!r} not found; update DECODE_HEAD/LOAD_LINE in {__file__}")
-            src = src.replace(old, new)
-            if "burn_for" in new:
-                src = src.replace("import torch\n", "import time\n\nimport torch\n", 1)
-                src = src.replace("from perfsuite.machine import memory\n",
-                                  "from perfsuite.machine import memory\nfrom perfsuite.measure.backends.inject import burn_for\n", 1)
-            f.write_text(src)
+            msg = apply_regression(tree, name)
             git("commit", "-qam", f"regression for gate evaluation: {msg}", cwd=tree)
         print(f"{tree}: {git('log', '-1', '--format=%h %s', cwd=tree)}")
+
+
+def apply_regression(tree: Path, name: str) -> str:
+    """Write REGRESSIONS[name] into ``tree``'s torch backend (uncommitted); returns its commit message."""
+    *what, new, msg = REGRESSIONS[name]
+    old = what[0] if what else DECODE_HEAD
+    f = tree / BACKEND_FILE
+    src = f.read_text()
+    if old not in src:
+        sys.exit(f"{f}: {old.strip().splitlines()[0]!r} not found; update DECODE_HEAD/LOAD_LINE in {__file__}")
+    src = src.replace(old, new)
+    if "burn_for" in new:
+        src = src.replace("import torch\n", "import time\n\nimport torch\n", 1)
+        src = src.replace("from perfsuite.machine import memory\n",
+                          "from perfsuite.machine import memory\nfrom perfsuite.measure.backends.inject import burn_for\n", 1)
+    f.write_text(src)
+    return msg
 
 
 # ------------------------------------------------------------------------------------------------- true size

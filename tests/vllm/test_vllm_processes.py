@@ -16,6 +16,8 @@ import pytest
 pytest.importorskip("vllm", reason="vllm is not installed")
 psutil = pytest.importorskip("psutil")
 
+from test_vllm_backend import _children  # noqa: E402  (tests/vllm is on sys.path: prepend import mode)
+
 from perfsuite.facts import models  # noqa: E402
 from perfsuite.facts.cells import Cell, Scenario  # noqa: E402
 from perfsuite.measure.backends import create  # noqa: E402
@@ -28,17 +30,6 @@ P, N = 16, 8
 
 def _cell() -> Cell:
     return Cell("vllm", "tiny-llama", "float32", Scenario("t", 1, P, N), model_dir=models.resolve("tiny-llama").path)
-
-
-def _children() -> dict[int, str]:
-    out = {}
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and not any("resource_tracker" in a for a in p.cmdline()):
-                out[p.pid] = p.name()
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def test_worker_killed_mid_cell_says_worker_died():
