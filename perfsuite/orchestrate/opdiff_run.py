@@ -74,6 +74,7 @@ def _half_cores(side: Any) -> Any:
     """``side`` with ``OMP_NUM_THREADS`` = half this machine's usable cores (at least 1), unless already set."""
     if "OMP_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in dict(side.env):
         return side
-    n = max(1, len(os.sched_getaffinity(0)) // 2)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    n = max(1, cores // 2)
     return dataclasses.replace(side, env=(*side.env, ("OMP_NUM_THREADS", str(n))))
 
