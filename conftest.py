@@ -24,8 +24,15 @@ PERF_ACTIONS = ("benchmark_compare", "benchmark_save", "benchmark_autosave", "be
 def pytest_configure(config: pytest.Config) -> None:
     """Before hypothesis' own configure: register our profiles (so ``--hypothesis-profile ci`` resolves) and load the
     selected one; hypothesis then applies ``--hypothesis-profile``, which still wins."""
+    import os
     import signal
 
+    if hasattr(config, "workerinput"):
+        # An xdist worker of the project's own tests (`pytest -n auto`). xdist tells user code so in the
+        # environment, which every process a test starts inherits; pytest-benchmark then disables its benchmarks in
+        # the pytest runs those tests start ("xdist plugin is active"). Those runs are not distributed.
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            os.environ.pop(name, None)
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         # A shell without job control starts background jobs with SIGINT ignored, and every child inherits that:
         # the tests that press Ctrl-C on a child (a server, a tool, a worker, a run) would then wait for nothing.
@@ -61,3 +68,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.is_relative_to(PERF):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.alone)  # the product's run: its timings with nothing beside it

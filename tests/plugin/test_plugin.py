@@ -187,6 +187,7 @@ def test_sigint_during_measurement_writes_nothing_and_leaves_no_worker(project, 
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # records baselines: refused beside another test's processes
 def test_baseline_record_compare_and_refusals(project):
     p = project(n=3, g=2)
     res = run(p, "--perf-update-baselines")
@@ -285,6 +286,7 @@ def test_unavailable_backend_skips_with_reason(project):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # records baselines: refused beside another test's processes
 def test_gate_fails_a_real_slowdown_and_warns_when_it_cannot_decide(project):
     """Record 6 baselines, then a run whose decode steps are 11x slower (real extra work in the worker): test_tpot
     and test_e2el fail, test_ttft's outcome is not pinned. An undecidable run warns with the MDE and the ab command,

@@ -105,6 +105,7 @@ def _model_cache_env() -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # records a baseline: refused beside another test's processes
 def test_nightly_records_a_first_baseline_then_gates_merges_and_reports(tmp_path: Path) -> None:
     """Two simulated nights on a runner class with no baseline: night 1 records one, night 2 compares with it;
     both merge into one history (kept in the cache) and one report. The torch shard (2 of 3 on the smoke
