@@ -173,6 +173,10 @@ def measure_lockstep(pools: dict[str, Any], cell: dict[str, Any], plans: dict[st
 
 def record_pair(n: int, cell: dict[str, Any], order: list[str], got: dict[str, Any], mems: list[Member]
                 ) -> dict[str, Any]:
+    tok_a, tok_b = ({k: v.generated_tokens for k, v in got[s].metrics.items()} for s in ("a", "b"))
+    if tok_a != tok_b:  # before any value is taken: a refused pair leaves the members as they were
+        raise UsageError(f"pair {n}, {cell['id']}: generated token counts differ (A {tok_a}, B {tok_b}): the "
+                         "sides do not run the same workload")
     rec: dict[str, Any] = {"pair": n, "cell": cell["id"], "order": "".join(o.upper() for o in order),
                            "pid": {s.upper(): got[s].pid for s in got},
                            "perfsuite_file": {s.upper(): got[s].perfsuite_file for s in got}, "values": {}}
@@ -182,13 +186,9 @@ def record_pair(n: int, cell: dict[str, Any], order: list[str], got: dict[str, A
         m.b_values.append(b)
         m.cs.update(m.sign * math.log(b / a))
         rec["values"][f"{m.test_metric}:{m.metric}"] = {"A": a, "B": b}
-    tok_a, tok_b = ({k: v.generated_tokens for k, v in got[s].metrics.items()} for s in ("a", "b"))
-    rec["generated_tokens_equal"] = tok_a == tok_b
+    rec["generated_tokens_equal"] = True
     rec["first_tokens_equal"] = all(got["a"].metrics[k].first_tokens == got["b"].metrics[k].first_tokens
                                     for k in got["a"].metrics)
-    if tok_a != tok_b:
-        raise UsageError(f"pair {n}, {cell['id']}: generated token counts differ (A {tok_a}, B {tok_b}): the "
-                         "sides do not run the same workload")
     return rec
 
 

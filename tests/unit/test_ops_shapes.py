@@ -34,3 +34,22 @@ def test_canonical_covers_every_class():
 def test_shape_dict_round_trip():
     s = canonical()["odd"][0]
     assert type(s).from_dict(s.as_dict()) == s
+
+
+def test_a_result_with_an_infinite_error_round_trips_through_json():
+    """A wrong output with inf/NaN where the reference is finite has max_ratio = inf, written "inf" (JSON has no
+    infinity); read back it must be the float again, or the matrix's max() over results fails on a str."""
+    import json
+
+    from perfsuite.measure.ops.matrix import CellAgg
+    from perfsuite.measure.ops.runner import OpResult
+
+    r = OpResult("softmax", "torch", "float16", canonical()["odd"][0].as_dict(), 3, "wrong", "inf at 0",
+                 max_ratio=float("inf"), max_abs_err=float("inf"))
+    d = json.loads(json.dumps(r.as_dict()))
+    assert d["max_ratio"] == "inf"
+    back = OpResult.from_dict(d)
+    assert back == r
+    agg = CellAgg()
+    agg.add(back)
+    assert agg.max_ratio == float("inf")

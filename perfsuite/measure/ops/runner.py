@@ -79,7 +79,11 @@ class OpResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OpResult:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        got = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        for k in ("max_ratio", "max_abs_err"):  # as_dict writes a non-finite value as "inf"/"-inf" (JSON has none)
+            if k in got:
+                got[k] = float(got[k])
+        return cls(**got)
 
 
 def _finite(x: float) -> float | str:
