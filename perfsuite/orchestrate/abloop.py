@@ -186,7 +186,7 @@ def record_pair(n: int, cell: dict[str, Any], order: list[str], got: dict[str, A
         m.b_values.append(b)
         m.cs.update(m.sign * math.log(b / a))
         rec["values"][f"{m.test_metric}:{m.metric}"] = {"A": a, "B": b}
-    rec["generated_tokens_equal"] = True
+    rec["generated_tokens_equal"] = True  # a field of the pair record (ab --json); unequal counts are refused above
     rec["first_tokens_equal"] = all(got["a"].metrics[k].first_tokens == got["b"].metrics[k].first_tokens
                                     for k in got["a"].metrics)
     return rec
