@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 
 class Terminated(KeyboardInterrupt):
@@ -55,3 +57,24 @@ def stoppable() -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     with sigterm_as_interrupt():
         yield
+
+
+def call(cmd: list[str], grace_s: float = 60.0, **popen: Any) -> int:
+    """``subprocess.call`` for a child that cleans up after itself (a pytest run with worker processes): Ctrl-C and
+    SIGTERM reach the child even when this process was started with SIGINT ignored, and the child is given
+    ``grace_s`` to end its own children before it is killed (``subprocess.call`` kills it at once, orphaning them).
+    Returns the child's exit code; 130 after Ctrl-C, 143 after SIGTERM."""
+    with stoppable():  # SIGINT handled here, so the exec'd child starts with SIGINT at its default, not ignored
+        proc = subprocess.Popen(cmd, **popen)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt as exc:
+            term = isinstance(exc, Terminated)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM if term else signal.SIGINT)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return 143 if term else 130

@@ -72,3 +72,37 @@ def test_a_script_started_with_sigint_ignored_still_stops_and_cleans_up(sig: int
     finally:
         proc.kill()
     assert proc.returncode == 3 and "cleaned up" in out
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_call_passes_the_signal_to_its_child_and_waits_for_its_cleanup(sig: int, code: int, tmp_path) -> None:
+    """``perfsuite run`` drives pytest through ``signals.call``: started in the background (SIGINT ignored), a
+    ``kill -INT`` or ``kill -TERM`` to the wrapper alone reaches pytest, which ends its own children before it exits
+    (``subprocess.call`` would SIGKILL it at once and orphan its workers)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    child = tmp_path / "child.py"  # stands for pytest: a worker of its own, ended in its cleanup
+    child.write_text(
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))\n"
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(tmp_path / 'worker')!r}, 'w').write(str(w.pid))\n"
+        "try:\n    print('ready', flush=True); time.sleep(120)\n"
+        "except KeyboardInterrupt:\n"
+        f"    w.terminate(); w.wait(); open({str(tmp_path / 'cleaned')!r}, 'w').write('yes'); sys.exit(2)\n")
+    wrapper = ("import sys\nfrom perfsuite.machine import signals\n"
+               f"rc = signals.call([sys.executable, {str(child)!r}])\nprint('rc', rc, flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", wrapper], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(sig)  # to the wrapper only, as `kill` does
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert f"rc {code}" in out and proc.returncode == 0
+    assert (tmp_path / "cleaned").read_text() == "yes"  # the child ran its cleanup: it was not killed outright
+    assert not psutil.pid_exists(int((tmp_path / "worker").read_text()))

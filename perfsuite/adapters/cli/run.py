@@ -6,7 +6,6 @@ import argparse
 import functools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -17,7 +16,7 @@ from perfsuite.facts import config as cfg
 from perfsuite.facts import runner_name
 from perfsuite.facts.errors import UsageError
 from perfsuite.facts.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, num_cell
-from perfsuite.machine import runner_class
+from perfsuite.machine import runner_class, signals
 from perfsuite.orchestrate import baselines
 
 
@@ -57,7 +56,10 @@ def _run(root: Path, args: argparse.Namespace, out: Path) -> int:
         cmd.append("--benchmark-compare")
     cmd += list(args.extra)
     print("+", " ".join(cmd), flush=True)
-    code = subprocess.call(cmd, cwd=root)
+    code = signals.call(cmd, cwd=root)  # Ctrl-C and SIGTERM reach pytest, which ends its workers and records nothing
+    if code in (130, 143):
+        print(f"perfsuite run: interrupted (exit {code}); pytest's output above says what it kept")
+        return code
     if not out.is_file():
         return code or 1
     current = json.loads(out.read_text())
