@@ -18,6 +18,8 @@ OUT: ``tool``, ``tokens`` (generated), ``ops`` {operator: ms}, ``calls`` {operat
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib
 import json
 import sys
@@ -76,7 +78,6 @@ class OrtSessions:
         self.ort, self.prefix = ort, prefix
         self.made: list[Any] = []
         self.original = ort.InferenceSession.__init__
-        self.runs_before: dict[int, int] = {}
 
     def __enter__(self) -> OrtSessions:
         ort, original, made = self.ort, self.original, self.made
@@ -102,11 +103,10 @@ class OrtSessions:
     def __exit__(self, *exc: Any) -> None:
         self.ort.InferenceSession.__init__ = self.original
 
-    def mark(self) -> None:
-        """The profiled window starts now: runs so far (loading, warm-up) are left out."""
-        self.runs_before = {id(s): s._perfsuite_runs for s in self.made}
-
-    def ops(self) -> tuple[dict[str, float], dict[str, int], list[str]]:
+    def profile(self, run: Callable[[], int], trace: Path | None) -> dict[str, Any]:
+        """``run``'s node time per operator: the sessions' runs before it (loading, warm-up) are left out."""
+        runs_before = {id(s): s._perfsuite_runs for s in self.made}
+        tokens = run()
         ops: dict[str, float] = {}
         calls: dict[str, int] = {}
         files = []
@@ -114,7 +114,7 @@ class OrtSessions:
             files.append(s.end_profiling())
             events = json.loads(Path(files[-1]).read_text())
             runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
-                          key=lambda e: e["ts"])[self.runs_before.get(id(s), 0):]
+                          key=lambda e: e["ts"])[runs_before.get(id(s), 0):]
             for r in runs:
                 lo, hi = r["ts"], r["ts"] + r["dur"]
                 for e in events:
@@ -122,7 +122,10 @@ class OrtSessions:
                         op = str((e.get("args") or {}).get("op_name", e["name"]))
                         ops[op] = ops.get(op, 0.0) + e["dur"] / 1e3
                         calls[op] = calls.get(op, 0) + 1
-        return ops, calls, files
+        if trace is not None:
+            trace.write_text(json.dumps([e for f in files for e in json.loads(Path(f).read_text())]))
+        return {"tool": f"onnxruntime {self.ort.__version__} session profiling, node time", "tokens": tokens,
+                "ops": ops, "calls": calls}
 
 
 def profile_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -133,8 +136,6 @@ def profile_job(job: dict[str, Any]) -> dict[str, Any]:
     if cell.backend.startswith("vllm"):
         return {"skip": f"{cell.backend}: not profiled (vLLM runs its model in its engine-core process; its torch "
                         "profiler hook, VLLM_TORCH_PROFILER_DIR, writes traces there and perfsuite does not read them)"}
-    import dataclasses
-
     cache = Path(job["cache_dir"]) if job.get("cache_dir") else None
     resolved = models.resolve(cell.model, cache)
     cell = dataclasses.replace(cell, model_dir=resolved.path)
@@ -147,28 +148,14 @@ def profile_job(job: dict[str, Any]) -> dict[str, Any]:
     def run() -> int:
         return sum(_generate(backend, prompts, sc.new_tokens) for _ in range(gens))
 
-    if cell.backend.startswith("onnxruntime"):
-        with OrtSessions(keep.with_suffix("")) as sessions:
-            backend = create(cell, cache)
-            backend.load()
-        try:
-            for _ in range(warm):
-                _generate(backend, prompts, sc.new_tokens)
-            sessions.mark()
-            tokens = run()
-            ops, calls, files = sessions.ops()
-        finally:
-            backend.close()
-        if trace is not None:
-            trace.write_text(json.dumps([e for f in files for e in json.loads(Path(f).read_text())]))
-        return {"tool": f"onnxruntime {sessions.ort.__version__} session profiling, node time", "tokens": tokens,
-                "ops": ops, "calls": calls, **({"trace": str(trace)} if trace else {})}
-    backend = create(cell, cache)
-    backend.load()
+    sessions = OrtSessions(keep.with_suffix("")) if cell.backend.startswith("onnxruntime") else None
+    with sessions or contextlib.nullcontext():
+        backend = create(cell, cache)
+        backend.load()
     try:
         for _ in range(warm):
             _generate(backend, prompts, sc.new_tokens)
-        out = torch_ops(run, cell.device, trace)
+        out = torch_ops(run, cell.device, trace) if sessions is None else sessions.profile(run, trace)
     finally:
         backend.close()
     return {**out, **({"trace": str(trace)} if trace else {})}
@@ -179,6 +166,7 @@ def run(side: Any, cell: dict[str, Any], workdir: Path, label: str, *, generatio
     """The coordinator's side: profile ``cell`` in a fresh process of ``side`` (a perfsuite.measure.worker.pool.Side):
     this file, run as a script by the side's interpreter, with the side's tree first on PYTHONPATH."""
     from perfsuite.machine.external import run_tool
+    from perfsuite.measure.worker.pool import last_line
 
     job, out = workdir / f"profile-{label}.job.json", workdir / f"profile-{label}.out.json"
     job.write_text(json.dumps({"cell": cell, "cache_dir": cache_dir, "generations": generations, "warmup": warmup,
@@ -189,8 +177,7 @@ def run(side: Any, cell: dict[str, Any], workdir: Path, label: str, *, generatio
     try:
         return dict(json.loads(out.read_text()))
     except (OSError, ValueError):
-        tail = proc.problem or (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"the profile process of side {label} ended without a result ({tail[:300]})"}
+        return {"error": f"the profile process of side {label} ended without a result ({last_line(proc)[:300]})"}
 
 
 def main(argv: list[str]) -> int:
