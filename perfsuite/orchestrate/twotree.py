@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,12 +56,13 @@ def ab(sides: Mapping[str, Any], plans: dict[str, dict[str, Any]], facts: dict[s
        stop: Callable[[list[abloop.Member]], str | None], max_pairs: int = 1000, rng: random.Random | None = None,
        zygote: str = "shared", pairs: str = "lockstep", workdir: Path | None = None,
        members: list[abloop.Member] | None = None, select: Callable[[str, str, str], bool] | None = None,
-       say: Callable[[str], None] = lambda line: None, progress: Callable[[int, float], None] | None = None,
-       started: float | None = None) -> ABRun:
+       metrics: Mapping[str, Sequence[str]] | None = None, say: Callable[[str], None] = lambda line: None,
+       progress: Callable[[int, float], None] | None = None, started: float | None = None) -> ABRun:
     """The pairs of ``plans``' common cells until ``stop`` or the budget (counted from ``started``, default now);
-    ``members``: the gated metrics (default: every statistical policy's, narrowed by ``select``). A Ctrl-C raises
-    :class:`ABInterrupted` with the pairs so far; UsageError when the sides measure differently. ``progress`` gets the
-    pairs so far and the seconds since ``started``."""
+    ``members``: the gated metrics (default: every statistical policy's, narrowed by ``select``); ``metrics``: what
+    each cell's workers measure (default all). A Ctrl-C raises :class:`ABInterrupted` with the pairs so far;
+    UsageError when the sides measure differently. ``progress`` gets the pairs so far and the seconds since
+    ``started``."""
     from perfsuite.facts.errors import UsageError
     from perfsuite.measure.worker import pool
 
@@ -82,7 +83,7 @@ def ab(sides: Mapping[str, Any], plans: dict[str, dict[str, Any]], facts: dict[s
     try:
         run = abloop.run_pairs(pools, plans, cells, members, budget_s=max(budget_s - setup_s, 0.0),
                                max_pairs=max_pairs, rng=rng or random.Random(), decide=decide, stop=stop,
-                               lockstep=lockstep,
+                               lockstep=lockstep, metrics=metrics,
                                progress=progress and (lambda n, elapsed: progress(n, elapsed + setup_s)))
     except abloop.PairsInterrupted as exc:  # Ctrl-C: the pairs measured so far are kept (a half pair is not one)
         raise ABInterrupted(ABRun(exc.run, members, cells, plans, lockstep, shared, setup_s)) from None

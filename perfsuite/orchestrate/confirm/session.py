@@ -150,7 +150,7 @@ class Confirmation:
             rootpath: Path) -> dict[tuple[str, str], decision.Finding]:
         from perfsuite.machine import cotenant
         from perfsuite.measure.worker import pool
-        from perfsuite.orchestrate import abloop
+        from perfsuite.orchestrate import abloop, twotree
 
         t0 = time.monotonic()  # the budget covers the whole confirmation: checkout, probes and pairs
         gate = ps.gate
@@ -199,18 +199,30 @@ class Confirmation:
                     what = f"A's tree (the baselines' commit {sha[:12]})" if s == "a" else "this tree"
                     raise CannotConfirm(f"{what} does not import: {exc}") from None
                 plans[s] = {**plans[s], "cells": [c for c in plans[s]["cells"] if c["id"] in cells]}
-            try:
-                cell_dicts = abloop.same_cells(plans["a"], plans["b"])
-            except UsageError as exc:
-                raise CannotConfirm(f"the baselines' commit {sha[:12]} measures differently: {exc}") from None
-            mems = abloop.members(cell_dicts, gate.config, gate.config.alpha,
-                                  select=lambda cid, m, metric: (cid, m, metric) in wanted)
             metrics = {c: sorted({t.test_metric for t in targets if t.cell_id == c}) for c in cells}
-            left = budget - (time.monotonic() - t0)  # what the worktree, the probes and the plans left of it
-            lockstep, pairing = abloop.pairing("lockstep", facts)
-            say(f"perfsuite confirm: {pairing}")
-            run = self._pairs(sides, plans, cell_dicts, mems, left - TEARDOWN_S, metrics, say, wt.parent, lockstep)
-            extra = self._operators(sides, cell_dicts, mems, wt.parent, say)
+            mems = abloop.members(plans["b"]["cells"], gate.config, gate.config.alpha,
+                                  select=lambda cid, m, metric: (cid, m, metric) in wanted)
+
+            def decide(m: abloop.Member) -> tuple[str, str]:
+                lo, hi = m.cs.interval()
+                return decision.classify(lo, hi, m.cs.estimate(), math.log1p(m.threshold or 0.0), m.cs.n), ""
+
+            last = [0.0]
+
+            def progress(n: int, elapsed: float) -> None:
+                if time.monotonic() - last[0] >= 10.0:
+                    last[0] = time.monotonic()
+                    say("perfsuite confirm: " + abloop.progress_line(n, elapsed, budget, mems))
+
+            try:
+                res = twotree.ab(sides, plans, facts, gate.config, budget_s=budget - TEARDOWN_S, decide=decide,
+                                 stop=lambda ms: "decided" if all(m.kind != "open" for m in ms) else None,
+                                 workdir=wt.parent, members=mems, metrics=metrics,
+                                 say=lambda line: say(f"perfsuite confirm: {line}"), progress=progress, started=t0)
+            except (UsageError, pool.SideError) as exc:
+                raise CannotConfirm(f"the A/B against the baselines' commit {sha[:12]} failed: {exc}") from None
+            extra = self._operators(sides, res.cells, mems, wt.parent, say)
+        run = res.run
         say(f"perfsuite confirm: {len(run.pairs)} pair(s) in {time.monotonic() - t0:.0f} s (stopped: {run.stopped});"
             " temporary worktree removed")
         by_key = {(m.cell_id, m.test_metric, m.metric): m for m in mems}
@@ -237,37 +249,6 @@ class Confirmation:
                                                      else ("(--perf-gate-json PATH keeps the full diff and both traces "
                                                            "beside PATH)",))
         return out
-
-    @staticmethod
-    def _pairs(sides: dict[str, Any], plans: dict[str, Any], cells: list[dict[str, Any]], mems: list[Any],
-               budget: float, metrics: dict[str, list[str]], say: Callable[[str], None], workdir: Path,
-               lockstep: bool = False) -> Any:
-        from perfsuite.measure.worker import pool
-        from perfsuite.orchestrate import abloop
-
-        def decide(m: abloop.Member) -> tuple[str, str]:
-            lo, hi = m.cs.interval()
-            return decision.classify(lo, hi, m.cs.estimate(), math.log1p(m.threshold or 0.0), m.cs.n), ""
-
-        last = [0.0]
-
-        def progress(n: int, elapsed: float) -> None:
-            if time.monotonic() - last[0] >= 10.0:
-                last[0] = time.monotonic()
-                say("perfsuite confirm: " + abloop.progress_line(n, elapsed, budget, mems))
-
-        preload = pool.preload_modules({c["backend"] for c in cells})
-        pools, line = pool.pair_pools(sides, {s: workdir / f"workers-{s}" for s in sides}, preload)
-        say(f"perfsuite confirm: {line}")
-        try:
-            return abloop.run_pairs(pools, plans, cells, mems, budget_s=budget, max_pairs=1000, rng=random.Random(),
-                                    decide=decide, stop=lambda ms: "decided" if all(m.kind != "open" for m in ms)
-                                    else None, metrics=metrics, progress=progress, lockstep=lockstep)
-        except (UsageError, pool.SideError) as exc:
-            raise CannotConfirm(f"the A/B failed: {exc}") from None
-        finally:
-            for pl in pools.values():
-                pl.close()
 
 
 def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: int | None = None,
