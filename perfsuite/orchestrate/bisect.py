@@ -1,15 +1,8 @@
-"""``perfsuite bisect``'s search, Pinpoint-style: which first-parent commit between a good and a bad revision made it
-slower. Each step is a budgeted two-tree A/B of one commit against the known-good end, both measured now; the
-search itself is pure (the step is handed in), so every branch is tested on a scripted history.
-
-A step's answer comes from its A/B interval of log(commit / good) for the metrics the bad end regressed:
-``bad`` when the interval lies above 0 and the estimate beyond ``tau``, ``good`` when it lies below ``tau``, else
-``inconclusive``. ``tau`` is half the bad end's own change (at least the gate's A/B threshold): halfway between no
-change and the whole regression, so a commit is called by the side it is closer to. An inconclusive step is retried
-once with twice the budget; if it stays undecided the search ends with the range it narrowed to. A commit whose
-tree does not import is skipped (``git bisect skip``): the search goes on around it, and if the answer is among
-skipped commits, they are named with it.
-"""
+"""``perfsuite bisect``'s search (docs/gate.md, "perfsuite bisect: which commit"): which first-parent commit between
+a good and a bad revision made it slower, each step a budgeted two-tree A/B of one commit against the good end. The
+search itself is pure (the step is handed in), so every branch is tested on a scripted history. ``tau``, the split
+point, is half the bad end's own change (at least the gate's A/B threshold): a commit is called by the side it is
+closer to."""
 
 from __future__ import annotations
 
@@ -20,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from perfsuite.verdict import confirm_decision as decision
 
 
 class BisectError(Exception):
@@ -64,12 +59,9 @@ class Result:
 
 
 def classify(low: float, high: float, estimate: float, tau: float) -> str:
-    """Log-scale interval of log(commit / good) and the split point ``tau`` -> bad | good | inconclusive."""
-    if low > 0 and estimate > tau:
-        return "bad"
-    if high < tau:
-        return "good"
-    return "inconclusive"
+    """Log-scale interval of log(commit / good) and the split point ``tau`` -> bad | good | inconclusive (the
+    confirmation's rule: perfsuite.verdict.confirm_decision.classify)."""
+    return {"confirmed": "bad", "refuted": "good"}.get(decision.classify(low, high, estimate, tau, 2), "inconclusive")
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -191,8 +183,8 @@ class Bisection:
 
             def decide(m: Any) -> tuple[str, str]:
                 lo, hi = m.cs.interval()
-                kind = classify(lo, hi, m.cs.estimate(), floor if tau is None else tau) if m.cs.n >= 2 else "open"
-                return {"bad": "regression", "good": "unchanged"}.get(kind, "open"), ""
+                kind = decision.classify(lo, hi, m.cs.estimate(), floor if tau is None else tau, m.cs.n)
+                return {"confirmed": "regression", "refuted": "unchanged"}.get(kind, "open"), ""
 
             select = (lambda c, t, m: (c, t, m) == self.tracked) if self.tracked else None
             try:
