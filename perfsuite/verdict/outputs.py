@@ -1,21 +1,13 @@
-"""The outputs guard: did this run generate the tokens the baselines generated?
-
-Every run records, per test, the token ids of its generations (greedy, seeded prompts; perfsuite.facts.metrics.
-outputs_record): a digest of each generation's tokens (all prompts), and the tokens of the first generation, which
-locate a difference. The gate
-compares them with the newest comparable baseline run that recorded them (same runner class, model identity and
-options): other tokens fail the test as *outputs changed*, naming the prompt, the position and both tokens, and a
-faster run with other outputs is never an improvement.
-
-A backend whose tokens are not bit-identical from run to run on a runner class gets a measured tolerance: the first
-``first_n`` tokens of each prompt must agree (``TOLERANCE``; the evidence is named with each entry). Every backend not
-listed is held to every token.
-"""
+"""The outputs guard (docs/gate.md, "Outputs guard"): did this run generate the tokens the baselines generated? Each
+test's token ids (perfsuite.facts.metrics.outputs_record) against the newest comparable baseline run's; a backend
+whose tokens are not bit-identical from run to run on a runner class is held to its first ``first_n`` tokens only
+(``TOLERANCE``, each entry with its evidence)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 # backend -> (first_n, evidence). Empty: every backend measured so far generated identical tokens in every process and
@@ -37,13 +29,8 @@ def first_difference(base: Sequence[Sequence[int]], cur: Sequence[Sequence[int]]
                      ) -> tuple[int, int, int | None, int | None] | None:
     """(prompt, position, baseline token, this run's token) of the first difference within ``first_n`` tokens of
     each prompt (None: all), or None when they agree; a missing token is None."""
-    for p in range(max(len(base), len(cur))):
-        b = list(base[p]) if p < len(base) else []
-        c = list(cur[p]) if p < len(cur) else []
-        n = max(len(b), len(c)) if first_n is None else min(first_n, max(len(b), len(c)))
-        for i in range(n):
-            bt = b[i] if i < len(b) else None
-            ct = c[i] if i < len(c) else None
+    for p, (b, c) in enumerate(zip_longest(base, cur, fillvalue=())):
+        for i, (bt, ct) in enumerate(zip_longest(b[:first_n], c[:first_n])):
             if bt != ct:
                 return p, i, bt, ct
     return None
@@ -61,13 +48,12 @@ def check(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None,
             and current["tokens"] == baseline["tokens"]:
         return OutputsCheck("same")
     diff = first_difference(baseline["tokens"], current["tokens"], first_n)
-    if diff is None and (first_n is not None or current["tokens"] == baseline["tokens"]):
-        if first_n is None:  # the first generations agree, a later one does not
-            return OutputsCheck("changed", "outputs changed: a later generation's tokens differ from the baselines' "
-                                           f"(digests {sorted(current.get('digests', []))} vs "
-                                           f"{sorted(baseline.get('digests', []))})")
+    if diff is None and first_n is None:  # the first generations agree, a later one does not
+        return OutputsCheck("changed", "outputs changed: a later generation's tokens differ from the baselines' "
+                                       f"(digests {sorted(current.get('digests', []))} vs "
+                                       f"{sorted(baseline.get('digests', []))})")
+    if diff is None:
         return OutputsCheck("same", f"first {first_n} tokens of each prompt agree ({evidence})")
-    assert diff is not None
     p, i, bt, ct = diff
     scope = f" (within the first {first_n} tokens: {evidence})" if first_n is not None else ""
     return OutputsCheck("changed", f"outputs changed: prompt {p}, token {i}: {bt} in the baselines, {ct} in this "
