@@ -5,12 +5,9 @@ generated token, A -> B.
 Processes differ in speed as a whole (a busy neighbour, the process's memory layout) far more than the code's change
 moves one operator, so each process's operators are read as shares of its own total, and B's total is set to A's times
 the timed A/B's ratio (``ratio``: measured over many pairs, it is the size of the change; the profiles say where it
-went). An operator's *excess* is what it took beyond a proportional share of the change (every operator slower by the
-same factor has none). An operator is *claimed* only when its excess is outside the profile pairs' own noise (a
-paired t interval over the pairs lies above zero) and carries at least ``min_share`` of the whole change. When no
-operator does, the change is *spread over many operators* and the largest are listed, none claimed. Operators that
-appear or disappear are marked ``new`` / ``gone``.
-"""
+went). An operator's *excess* is what it took beyond a proportional share of the change; it is *claimed* when the
+excess is outside the pairs' own noise (a paired t interval above zero) and at least ``min_share`` of the change.
+The verdicts and marks: docs/gate.md ("Operators: where the time went")."""
 
 from __future__ import annotations
 
