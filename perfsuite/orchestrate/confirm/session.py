@@ -187,18 +187,14 @@ class Confirmation:
             args = {"profile": ps.settings.profile.name, "device": ps.settings.device,
                     "backend": ",".join(sorted({by_id[c].backend for c in cells})),
                     "model": ",".join(sorted({by_id[c].model for c in cells}))}
-            plans: dict[str, dict[str, Any]] = {}
-            facts: dict[str, dict[str, Any]] = {}
+            plans, facts = {}, {}
             for s, side in sides.items():
-                try:
-                    pool.probe(side)
-                    plans[s] = pool.plan(side, args)
-                    facts[s] = pool.probe(side, ("perfsuite.measure.worker.child", *pool.preload_modules(
-                        {c["backend"] for c in plans[s]["cells"]})))
+                try:  # each side on its own, to say which one does not import
+                    plan, fact = twotree.prepare({s: side}, args)  # no "cells" glob in args: no serving cells
                 except pool.SideError as exc:
                     what = f"A's tree (the baselines' commit {sha[:12]})" if s == "a" else "this tree"
                     raise CannotConfirm(f"{what} does not import: {exc}") from None
-                plans[s] = {**plans[s], "cells": [c for c in plans[s]["cells"] if c["id"] in cells]}
+                plans[s], facts[s] = {**plan[s], "cells": [c for c in plan[s]["cells"] if c["id"] in cells]}, fact[s]
             metrics = {c: sorted({t.test_metric for t in targets if t.cell_id == c}) for c in cells}
             mems = abloop.members(plans["b"]["cells"], gate.config, gate.config.alpha,
                                   select=lambda cid, m, metric: (cid, m, metric) in wanted)
