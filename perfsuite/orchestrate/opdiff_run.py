@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from perfsuite.machine.capabilities import cpu_count
 from perfsuite.measure import opprofile
 from perfsuite.verdict import opdiff
 
@@ -74,7 +75,5 @@ def _half_cores(side: Any) -> Any:
     """``side`` with ``OMP_NUM_THREADS`` = half this machine's usable cores (at least 1), unless already set."""
     if "OMP_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in dict(side.env):
         return side
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    n = max(1, cores // 2)
-    return dataclasses.replace(side, env=(*side.env, ("OMP_NUM_THREADS", str(n))))
+    return dataclasses.replace(side, env=(*side.env, ("OMP_NUM_THREADS", str(max(1, cpu_count() // 2)))))
 
