@@ -19,10 +19,8 @@ keep repeated measurements of the same prompt honest):
 The ``llm`` mode (:mod:`perfsuite.measure.backends.vllm_llm`) is the opposite: vLLM's own defaults through ``vllm.LLM``,
 see :func:`llm_engine_args`.
 
-Tensor parallelism on the CPU: vLLM binds each rank's OpenMP threads to one NUMA node by default
-(``VLLM_CPU_OMP_THREADS_BIND=auto``) and refuses TP=N on a machine with fewer than N nodes ("Not enough allowed
-NUMA nodes"). perfsuite then splits the CPUs this process may use into N contiguous groups, one per rank
-(``0|1`` on a 2-core VM), see :func:`cpu_bind_plan`.
+Tensor parallelism on the CPU (one contiguous group of CPUs per rank, :func:`cpu_bind_plan`): docs/recipes.md, "vLLM
+tensor parallelism".
 """
 
 from __future__ import annotations

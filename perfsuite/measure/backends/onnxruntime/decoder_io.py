@@ -24,10 +24,8 @@ fixed-capacity buffers, for execution providers that compile per input shape (MI
              present.{i}.key / .value          dtype [batch, kv_heads, capacity, head_dim]  (past with the new
                                                                                               slots written)
 
-Slot ``j`` holds the token at position ``j``; a query at position ``q`` attends to slot ``j`` iff
-``attention_mask[j] == 1`` and ``j <= q``. ``capacity``, ``batch`` and ``seq`` stay symbolic in the file; a session
-pins them with free-dimension overrides (``capacity`` = the scenario's prompt + new tokens), so every run of it
-sees one shape: a prefill session (``seq`` = prompt) and a decode session (``seq`` = 1).
+Slot ``j`` holds the token at position ``j``; how sessions pin the symbolic axes: docs/recipes.md, "The
+static-shape ONNX decoder".
 """
 
 from __future__ import annotations
