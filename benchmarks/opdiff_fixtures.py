@@ -5,9 +5,10 @@ b1-p64-n32 on the CPU, through perfsuite/measure/opprofile.py (the same driver t
 
 * eager: B loads the model with eager attention instead of SDPA (the cell's attn_implementation);
 * no_grad: B is a copy of this tree whose torch backend decodes under torch.no_grad() instead of inference_mode();
-* aa: A and B are this tree, same cell (noise only).
+* aa: A and B are this tree, same cell (noise only);
+* sleep: B is a copy of this tree whose decode step sleeps 2 ms: a change outside any operator's time.
 
-    python benchmarks/opdiff_fixtures.py --pairs 4 --out tests/unit/data/opdiff
+    python benchmarks/opdiff_fixtures.py --pairs 4 --out tests/unit/data/opdiff [--cases sleep]
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--out", type=Path, default=ROOT / "tests/unit/data/opdiff")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cases", default="eager,no_grad,aa,sleep", help="comma-separated cases to record")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     sdpa = Cell("torch", "tiny-llama", "float32", Scenario("short", 1, 64, 32))
@@ -58,8 +60,15 @@ def main() -> int:
         src = tb.read_text()
         assert "@torch.inference_mode()" in src
         tb.write_text(src.replace("@torch.inference_mode()", "@torch.no_grad()"))
+        sl = work / "sleep_tree"
+        shutil.copytree(ROOT / "perfsuite", sl / "perfsuite", ignore=shutil.ignore_patterns("__pycache__"))
+        tb = sl / "perfsuite/measure/backends/torch_backend.py"
+        decode = "    def decode(self, state: _State) -> StepResult:\n"
+        assert decode in tb.read_text()
+        tb.write_text(tb.read_text().replace(decode, decode + "        __import__('time').sleep(0.002)\n"))
         cases = {"eager": ((ROOT, sdpa), (ROOT, eager)), "no_grad": ((ROOT, sdpa), (ng, sdpa)),
-                 "aa": ((ROOT, sdpa), (ROOT, sdpa))}
+                 "aa": ((ROOT, sdpa), (ROOT, sdpa)), "sleep": ((ROOT, sdpa), (sl, sdpa))}
+        cases = {k: v for k, v in cases.items() if k in args.cases.split(",")}
         args.out.mkdir(parents=True, exist_ok=True)
         for name, (a, b) in cases.items():
             pairs = []

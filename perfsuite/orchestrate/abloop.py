@@ -23,6 +23,7 @@ from perfsuite.facts.cells import cell_from_dict
 from perfsuite.facts.errors import UsageError
 from perfsuite.measure import lockstep, scheduler
 from perfsuite.verdict import sequential, stats
+from perfsuite.verdict.confirm_decision import interval_text
 from perfsuite.verdict.estimate import sign
 from perfsuite.verdict.policy import _LAT
 from perfsuite.verdict.values import MEASURED_ALIKE
@@ -257,7 +258,8 @@ def progress_line(n: int, elapsed: float, budget: float, mems: list[Member]) -> 
     for m in mems:
         if m.test_metric == "tpot" or len(mems) <= 3:
             lo, hi = m.cs.interval()
-            parts.append(f"{m.metric} {pct(m.cs.estimate())} [{pct(lo)}, {pct(hi)}] {m.kind}")
+            parts.append(f"{m.metric} {pct(m.cs.estimate())} {interval_text(math.expm1(lo), math.expm1(hi), 2)} "
+                         f"{m.kind}")
     return f"pair {n}, {elapsed:.0f}/{budget:.0f} s: " + "; ".join(parts[:4])
 
 

@@ -203,6 +203,6 @@ class Bisection:
         verdict = {"regression": "bad", "unchanged": "good"}.get(m.kind, "inconclusive")
         s = Step(commit, verdict, math.expm1(m.cs.estimate()), math.expm1(lo), math.expm1(hi), m.cs.n,
                  time.monotonic() - t0, budget_s, note=f"{m.cell_id} {m.metric}", subject=subject(self.top, commit))
-        self.say(f"{label} {s.subject[:60]!r}: B/A {s.change:+.1%} [{s.low:+.1%}, {s.high:+.1%}], "
+        self.say(f"{label} {s.subject[:60]!r}: B/A {s.change:+.1%} {decision.interval_text(s.low, s.high)}, "
                  f"{s.pairs} pair(s) in {s.seconds:.0f} s: {verdict}")
         return s

@@ -5,11 +5,13 @@ tree, A = the baselines' commit, both measured now on this machine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.facts.vocabulary import pct as _pct
+from perfsuite.verdict.sequential import GRID_HALF_WIDTH
 
 KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
 # A suspected screen is confirmed by default only if this many A/B pairs of its cell fit the default confirmation's
@@ -75,9 +77,19 @@ class Outcome:
         return bool(self.fail)
 
 
+def interval_text(low: float | None, high: float | None, digits: int = 1) -> str:
+    """A B/A interval (relative changes) as messages print it: ``[+4.7%, +21.4%]``. When every shift the sequence can
+    represent (0.5x to 2x) is rejected, its interval is that range's edge, twice; it reads as the bound it is,
+    ``[beyond +101.4%]``, not as ``[+101.4%, +101.4%]`` beside an estimate of +540 %."""
+    edge = math.expm1(GRID_HALF_WIDTH), math.expm1(-GRID_HALF_WIDTH)
+    if low is not None and low == high and any(math.isclose(low, e, rel_tol=1e-6) for e in edge):
+        return f"[beyond {_pct(low, digits=digits)}]"
+    return f"[{_pct(low, digits=digits)}, {_pct(high, digits=digits)}]"
+
+
 def _ab(f: Finding) -> str:
     return (f"A/B against the baselines' commit {f.commit[:12] or '?'}: B/A {_pct(f.change)} "
-            f"[{_pct(f.ci_low)}, {_pct(f.ci_high)}], {f.pairs} pair(s)"
+            f"{interval_text(f.ci_low, f.ci_high)}, {f.pairs} pair(s)"
             + (f" in {f.elapsed_s:.0f} s" if f.elapsed_s is not None else ""))
 
 

@@ -19,6 +19,8 @@ from typing import Any
 from scipy import stats
 
 Table = Mapping[str, Any]  # one side's profile: {"tokens": N, "ops": {operator: ms}, ...}
+OUTSIDE_SHARE = 0.5  # the operators explain less than this share of the timed change: the change is outside them
+NOISE_TIMES = 4.0  # ... and the timed change is this many times the half-width of the profiles' own interval
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class OpDiff:
     b_ms: float  # A's times the ratio
     low: float  # the profiles' own ratio of totals (B / A)
     high: float  # the ratio used: the timed A/B's, else the profiles'
-    verdict: str  # claimed | spread | unclear | unprofiled
+    verdict: str  # claimed | spread | outside | unclear | unprofiled
     rows: tuple[OpRow, ...] = ()
     reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -84,8 +86,16 @@ def diff(pairs: Sequence[tuple[Table, Table]], *, ratio: float | None = None, mi
     b_tabs = [per_token(b) for _, b in usable]
     a_tot = [math.fsum(t.values()) for t in a_tabs]
     b_tot = [math.fsum(t.values()) for t in b_tabs]
-    own = math.exp(math.fsum(math.log(b / a) for a, b in zip(a_tot, b_tot, strict=True)) / len(a_tot))
-    r = ratio if ratio else own
+    own_log, _, own_hi = _interval([math.log(b / a) for a, b in zip(a_tot, b_tot, strict=True)], level)
+    own = math.exp(own_log)
+    # Time outside every operator (a sleep, a lock, I/O, Python between operators) is in the timed ratio but not in
+    # the profiles' totals: when even their upper bound explains less than half of the timed change, and that change
+    # is large against the profiles' own noise (NOISE_TIMES their interval's half-width, so a small change that the
+    # pairs could not see is not called outside), say so, and show the operators at the profiles' own ratio rather
+    # than scale them up to a change they did not make.
+    outside = bool(ratio and ratio > 1 and math.expm1(own_hi) < OUTSIDE_SHARE * (ratio - 1)
+                   and math.log(ratio) > NOISE_TIMES * (own_hi - own_log))
+    r = own if outside or not ratio else ratio
     scale = [r * a / b for a, b in zip(a_tot, b_tot, strict=True)]  # B's table onto A's total times the ratio
     a_mean = math.fsum(a_tot) / len(a_tot)
     change = (r - 1) * a_mean  # the whole change, ms per token
@@ -100,9 +110,11 @@ def diff(pairs: Sequence[tuple[Table, Table]], *, ratio: float | None = None, mi
         claimed = change > 0 and low > 0 and excess >= min_share * change
         rows.append(OpRow(op, math.fsum(a) / len(a), math.fsum(b) / len(b), low, high, share, claimed, status))
     rows.sort(key=lambda row: -abs(row.delta))
-    verdict = "claimed" if any(row.claimed for row in rows) else "spread" if change > 0 else "unclear"
+    verdict = "outside" if outside else "claimed" if any(row.claimed for row in rows) else \
+        "spread" if change > 0 else "unclear"
     return OpDiff(len(usable), tool, a_mean, a_mean + change, own, r, verdict, tuple(rows[:top]),
-                  extra={"profiles_ratio": own, "ratio": r, "ratio_source": "timed A/B" if ratio else "profiles"})
+                  extra={"profiles_ratio": own, "ratio": r, "timed_ratio": ratio,
+                         "ratio_source": "timed A/B" if ratio and not outside else "profiles"})
 
 
 def lines(d: OpDiff) -> list[str]:
@@ -113,7 +125,12 @@ def lines(d: OpDiff) -> list[str]:
     head = (f"operators ({d.tool}; {d.pairs} profile pairs, ms per generated token, B scaled to the {src} ratio "
             f"{(d.high - 1) * 100:+.1f}%; the profiles' own ratio {(d.low - 1) * 100:+.1f}%): all {d.a_ms:.4f} -> "
             f"{d.b_ms:.4f}")
-    if d.verdict == "claimed":
+    if d.verdict == "outside":
+        timed = d.extra["timed_ratio"]
+        say = (f"most of the change is outside the operators' time: their total moved {(d.low - 1) * 100:+.1f}% "
+               f"against the timed {(timed - 1) * 100:+.1f}%; look for waits, sleeps, locks, I/O or Python between "
+               f"operators (the trace shows the gaps)")
+    elif d.verdict == "claimed":
         say = f"the change is in {', '.join(r.op for r in d.rows if r.claimed)}"
     elif d.verdict == "spread":
         say = (f"spread over many operators: none took a clear share beyond its size; the largest are "

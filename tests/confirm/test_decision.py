@@ -113,3 +113,23 @@ def test_bad_config_names_the_key(raw: dict[str, object], key: str) -> None:
 def test_parse_alone_uses_the_given_error() -> None:
     with pytest.raises(ValueError, match="on_unconfirmed"):
         parse({"on_unconfirmed": 1}, lambda k, got, allowed, fix="": ValueError(k))
+
+
+def test_an_effect_past_the_sequences_range_reads_as_a_bound() -> None:
+    """A 6.4x slowdown (a sleep in the decode step, tests/confirm/test_confirm_e2e.py) lies past the 0.5x-2x the
+    sequence represents: every shift is rejected and its interval is the edge, twice. The message printed
+    "B/A +540.6% [+101.4%, +101.4%]" (2026-12-06); it now says the interval is a bound."""
+    from perfsuite.verdict.sequential import ConfidenceSequence
+
+    cs = ConfidenceSequence(alpha=0.05)
+    for k in range(12):
+        cs.update(math.log(6.4) + 0.01 * (k % 3))
+    lo, hi = cs.interval()
+    f = ab("confirmed", change=math.expm1(cs.estimate()), ci_low=math.expm1(lo), ci_high=math.expm1(hi))
+    out = review("test_tpot[c]", [("median_tpot_ms", "regression", f)], on_unconfirmed="fail",
+                 fail_on_inconclusive=False)
+    text = "\n".join(out.fail)
+    assert "B/A +54" in text and "[beyond +101.4%]" in text and "[+101.4%, +101.4%]" not in text
+    assert decision.interval_text(0.047, 0.214) == "[+4.7%, +21.4%]"
+    assert decision.interval_text(0.05, 0.05) == "[+5.0%, +5.0%]"  # a narrow interval inside the range stays one
+    assert decision.interval_text(math.expm1(-0.7), math.expm1(-0.7)) == "[beyond -50.3%]"

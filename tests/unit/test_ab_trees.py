@@ -45,7 +45,9 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
     # after the decision, the regressed cell's operator diff: 3 profile pairs, each run a fresh process of its side's
     # tree started by the coordinator (this process), never timed; the timed workers are the zygote's children
     ops = data["operators"]["torch-tiny-llama-float32-b1-p8-n4"]
-    assert ops["verdict"] in ("claimed", "spread") and len(ops["rows"]) > 0, ops
+    # B's change is a sleep, in no operator's time: said so, or spread when the profile pairs are too noisy to tell;
+    # never put on one operator
+    assert ops["verdict"] in ("outside", "spread") and len(ops["rows"]) > 0, ops
     me = str(os.getpid())
     parents = {side: set((tmp_path / f"parents-{side}").read_text().split()) for side in "ab"}
     assert me in parents["a"] and me in parents["b"], parents

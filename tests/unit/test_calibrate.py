@@ -58,8 +58,8 @@ def test_fewer_than_three_pairs_fall_back_to_the_sequential_model() -> None:
         assert any("sqrt(2) x the between-process spread" in ln for ln in lines), lines
 
 
-def _calibrate(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def _calibrate(tree: Path, *args: str, tmp: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree), **({"TMPDIR": str(tmp)} if tmp else {})}
     return subprocess.run([sys.executable, "-m", "perfsuite.cli", "calibrate", *args], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=600)
 
@@ -92,9 +92,10 @@ def test_a_thread_mode_that_is_no_count_is_refused(tmp_path: Path, monkeypatch: 
 @pytest.mark.slow
 def test_calibrate_measures_lockstep_pairs_and_leaves_nothing_behind(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "t", generations=2)
-    before = {p.name for p in Path("/tmp").glob("psl-*")}
+    tmp = tmp_path / "tmp"  # its own temporary folder: other tests' lockstep pairs may run beside it (xdist)
+    tmp.mkdir()
     res = _calibrate(tree, "--runs", "2", "--workers", "2", "--pairs", "2", "--threads", "1",
-                     "--json", str(tmp_path / "c.json"))
+                     "--json", str(tmp_path / "c.json"), tmp=tmp)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     report = json.loads((tmp_path / "c.json").read_text())
     assert report["pair_threads"]["threads"] == 1  # the pairs predict ab, so they run at ab's thread choice
@@ -105,4 +106,4 @@ def test_calibrate_measures_lockstep_pairs_and_leaves_nothing_behind(tmp_path: P
         assert d["ab_model"] == "lockstep" and d["lockstep_pairs"] == 4, d
         assert d["sd_log_pair"] is not None and math.isfinite(d["sd_log_pair"]) and d["sd_log_pair"] >= 0
     assert "4 A/A lockstep pairs per cell" in res.stdout
-    assert {p.name for p in Path("/tmp").glob("psl-*")} <= before  # the pairs' socket folders are gone
+    assert not list(tmp.glob("psl-*"))  # the pairs' socket folders are gone

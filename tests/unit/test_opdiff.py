@@ -1,6 +1,7 @@
 """The operator diff (perfsuite.verdict.opdiff) on recorded profile pairs (tests/unit/data/opdiff/, written by
 benchmarks/opdiff_fixtures.py --pairs 5 on a 2-core Intel Xeon (AVX-512, VNNI, AMX), 2026-12-05, tiny-llama float32 b1-p64-n32 under
-torch.profiler, five pairs of fresh processes each): a claimed change, a spread one, and noise."""
+torch.profiler, five pairs of fresh processes each; sleep.json: `--cases sleep` on 2026-12-06, the same machine,
+quiet): a claimed change, a spread one, noise, and a change outside the operators."""
 
 from __future__ import annotations
 
@@ -52,6 +53,23 @@ def test_noise_claims_nothing() -> None:
     assert d.verdict == "spread" and not any(r.claimed for r in d.rows)
     assert "spread over many operators" in "\n".join(opdiff.lines(d))
     assert not any(r.claimed for r in opdiff.diff(pairs("aa")).rows)
+
+
+def test_a_change_outside_the_operators_is_not_put_on_them() -> None:
+    """B sleeps 2 ms in each decode step. Its operators' self time still grew (+43 % in these profiles: cold caches
+    and threads after the sleep, a neighbour's work), so at a timed ratio near that the change reads as spread, and no
+    operator is claimed. At a timed ratio the operators cannot explain (+540 %, what a 20 ms sleep read in
+    tests/confirm/test_confirm_e2e.py) the diff says the change is outside the operators, and shows them at the
+    profiles' own ratio instead of scaling each up to a change it did not make."""
+    d = opdiff.diff(pairs("sleep"), ratio=1.45)
+    assert d.verdict == "spread" and not any(r.claimed for r in d.rows)
+    d = opdiff.diff(pairs("sleep"), ratio=6.4)
+    assert d.verdict == "outside" and d.extra["ratio_source"] == "profiles"
+    assert d.high == pytest.approx(d.low) and 1.2 < d.low < 1.8  # rows at the profiles' own ratio
+    text = "\n".join(opdiff.lines(d))
+    assert "most of the change is outside the operators' time" in text and "+540.0%" in text
+    assert opdiff.diff(pairs("eager"), ratio=1.15).verdict == "claimed"  # operators that explain it stay claimed
+    assert opdiff.diff(pairs("aa"), ratio=1.05).verdict == "spread"  # A/A profiles at +5 %: nothing to say outside
 
 
 def test_not_slower_and_unprofiled() -> None:

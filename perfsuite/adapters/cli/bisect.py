@@ -27,6 +27,7 @@ from typing import Any
 
 from perfsuite.adapters.cli._common import add_command, check_locations, parse_duration
 from perfsuite.facts.errors import UsageError
+from perfsuite.verdict.confirm_decision import interval_text
 
 
 def register(sub: Any) -> None:
@@ -104,7 +105,7 @@ def _answer(top: Path, res: Any) -> list[str]:
     step = next((s for s in reversed(res.steps) if s.commit == res.first_bad), None)
     if res.first_bad and step is not None:
         return [f"first bad commit: {res.first_bad} {bisect.subject(top, res.first_bad)!r}: {step.note} B/A "
-                f"{step.change:+.1%} [{step.low:+.1%}, {step.high:+.1%}] against good, {step.pairs} pair(s)"]
+                f"{step.change:+.1%} {interval_text(step.low, step.high)} against good, {step.pairs} pair(s)"]
     why = "a step stayed undecided" if res.stopped == "inconclusive" else "commits around it do not run"
     return [f"no single commit ({why}): the first bad one is among " + ", ".join(c[:12] for c in res.candidates)]
 

@@ -142,7 +142,7 @@ class Confirmation:
             self.summary.append("confirm " + self.threads.line)
         for (nodeid, metric), f in found.items():
             self.summary.append(f"confirm {nodeid.split('::')[-1]} {metric}: {f.kind}"
-                                + (f" (B/A {_pct(f.change)} [{_pct(f.ci_low)}, {_pct(f.ci_high)}], {f.pairs} "
+                                + (f" (B/A {_pct(f.change)} {decision.interval_text(f.ci_low, f.ci_high)}, {f.pairs} "
                                    f"pair(s); {decision.drift_text(f)})" if f.kind != "unconfirmed" else
                                    f": {f.reason}"))
 
