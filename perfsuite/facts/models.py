@@ -165,7 +165,7 @@ def check_fits(cell: Cell, cache_dir: Path | None = None, config: dict[str, Any]
     need = sc.prompt_tokens + sc.new_tokens
     what = f"prompt_tokens + new_tokens = {sc.prompt_tokens} + {sc.new_tokens} = {need}"
     if cell.backend in ("vllm", "vllm-llm") and isinstance(cell.option("max_model_len"), int) \
-            and cell.option("max_model_len") > need:  # both engines take it (backends/options.py)
+            and cell.option("max_model_len") > need:  # both engines take it (facts/backend_options.py)
         need = int(cell.option("max_model_len"))
         what = f"backend option max_model_len = {need}"
     if need <= max_len:
