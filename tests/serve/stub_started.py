@@ -44,8 +44,10 @@ def started_stub(model: str, *, cache_dir: Path | None = None, **_: Any) -> Iter
     env = os.environ
     stub = Stub(ttft_s=float(env.get("STUB_TTFT_S", "0.005")), itl_s=float(env.get("STUB_ITL_S", "0.002")),
                 max_inflight=int(env.get("STUB_MAX_INFLIGHT", "0")))
-    with stub:
-        yield StubServer(stub), "stub", 2048, Path(cache_dir or tempfile.mkdtemp(prefix="stub-cache-"))
+    # without a cache_dir, a temporary one that goes with the server (a mkdtemp here left one in /tmp per start)
+    cache = contextlib.nullcontext(str(cache_dir)) if cache_dir else tempfile.TemporaryDirectory(prefix="stub-cache-")
+    with stub, cache as folder:
+        yield StubServer(stub), "stub", 2048, Path(folder)
 
 
 def main() -> int:
