@@ -118,7 +118,8 @@ def test_parse_alone_uses_the_given_error() -> None:
 def test_an_effect_past_the_sequences_range_reads_as_a_bound() -> None:
     """A 6.4x slowdown (a sleep in the decode step, tests/confirm/test_confirm_e2e.py) lies past the 0.5x-2x the
     sequence represents: every shift is rejected and its interval is the edge, twice. The message printed
-    "B/A +540.6% [+101.4%, +101.4%]" (2026-12-06); it now says the interval is a bound."""
+    "B/A +540.6% [+101.4%, +101.4%]" (2026-12-06); it now says the interval is a bound ("B/A +587.0% [beyond
+    +101.4%]", benchmarks/data/opdiff-outside-20261206/)."""
     from perfsuite.verdict.sequential import ConfidenceSequence
 
     cs = ConfidenceSequence(alpha=0.05)

@@ -58,8 +58,8 @@ def test_noise_claims_nothing() -> None:
 def test_a_change_outside_the_operators_is_not_put_on_them() -> None:
     """B sleeps 2 ms in each decode step. Its operators' self time still grew (+43 % in these profiles: cold caches
     and threads after the sleep, a neighbour's work), so at a timed ratio near that the change reads as spread, and no
-    operator is claimed. At a timed ratio the operators cannot explain (+540 %, what a 20 ms sleep read in
-    tests/confirm/test_confirm_e2e.py) the diff says the change is outside the operators, and shows them at the
+    operator is claimed. At a timed ratio the operators cannot explain (+540 %; a 20 ms sleep read +587 % in
+    tests/confirm/test_confirm_e2e.py, benchmarks/data/opdiff-outside-20261206/) the diff says the change is outside the operators, and shows them at the
     profiles' own ratio instead of scaling each up to a change it did not make."""
     d = opdiff.diff(pairs("sleep"), ratio=1.45)
     assert d.verdict == "spread" and not any(r.claimed for r in d.rows)
