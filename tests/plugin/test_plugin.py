@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -105,13 +106,19 @@ def test_perf_run_is_per_token_and_self_consistent(project, backend):
         for k in range(g):
             parts = s_["ttft_ms"][k] + sum(s_["itl_ms"][k * (n - 1):(k + 1) * (n - 1)])
             assert parts == pytest.approx(s_["e2el_ms"][k], rel=0.02)
-    # Across the three tests (rounds of different processes, at different moments): e2el ~ ttft + (n-1) * tpot.
-    # The bound is a factor of 3: this VM switches between a fast and a slow mode for seconds at a time (tiny-llama
-    # TPOT 1.8 vs 3.3 ms) and a busy neighbour slows a 2-thread process for seconds more. A factor of 3 still
-    # catches a unit slip (x1000) and per-generation vs per-token timing (x7 at n = 8); an n vs n-1 slip is caught
-    # exactly by the round and token counts above.
-    predicted = ttft["stats"]["median"] + (n - 1) * tpot["stats"]["median"]
-    assert predicted / 3 < e2e["stats"]["median"] < predicted * 3
+    # Each test's pytest-benchmark stats are its processes' samples (seconds against milliseconds).
+    for test, key in ((ttft, "ttft_ms"), (tpot, "itl_ms"), (e2e, "e2el_ms")):
+        values = [v for pr in test["extra_info"]["processes"] for v in pr["samples"][key]]
+        assert len(values) == test["stats"]["rounds"]
+        assert test["stats"]["mean"] * 1e3 == pytest.approx(statistics.fmean(values), rel=1e-6)
+    # Across the three tests, which are metrics of the same rounds: means add up where medians do not (in the CI run
+    # of stop 43 a busy neighbour put 140 ms steps into some rounds; the median e2el, 163 ms, was 6x the sum of the
+    # medians, 26 ms). A TPOT round is the decode call alone, inside its token-to-token interval, so mean e2el >=
+    # mean ttft + (n - 1) * mean tpot; the gap is the bookkeeping between calls (0.2 % quiet), 3x would take
+    # preemptions there longer than all the decode calls. This catches a unit slip (x1000) and per-generation vs
+    # per-token timing (x7 at n = 8); an n vs n-1 slip is caught exactly by the round and token counts above.
+    parts = ttft["stats"]["mean"] + (n - 1) * tpot["stats"]["mean"]
+    assert parts * (1 - 1e-9) <= e2e["stats"]["mean"] < 3 * parts
     if backend == "vllm":
         # Our per-request TPOT against vLLM's own (last_token_ts - first_token_ts) / (n - 1), same generation:
         # both time the same engine steps, measured agreement 0.1 %; 2 % allows a busy CI neighbour.
