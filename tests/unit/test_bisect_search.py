@@ -155,3 +155,26 @@ def test_bad_revisions_are_one_line(tmp_path: Path, monkeypatch, capsys) -> None
     assert cli(["bisect", "--good", shas[3], "--bad", shas[0]]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("perfsuite bisect: --good") and "swap them" in err and "\n" not in err
+
+
+def test_an_undecided_search_over_a_long_range_answers_with_the_command_that_narrows_it() -> None:
+    """A 158-commit range stayed undecided at its first step (benchmarks/data/bisect-ttft-20261206): the answer names
+    the range and the command over it, not 158 hashes."""
+    import argparse
+
+    from perfsuite.adapters.cli.bisect import _answer
+
+    commits = [f"{i:040x}" for i in range(1, 31)]
+    res = bisect.Result("f" * 40, commits[-1], commits)
+    res.stopped, res.candidates = "inconclusive", commits[10:]
+    args = argparse.Namespace(budget="4m", profile="smoke", backend="torch", model=None, device="cpu",
+                              cells="torch-*")
+    (line,) = _answer(Path("."), res, args)
+    assert "among the 20 first-parent commits after " + commits[9][:12] + " up to " + commits[-1][:12] in line
+    assert (f"`perfsuite bisect --good {commits[9][:12]} --bad {commits[-1][:12]} --budget 960s --backend torch "
+            "--cells 'torch-*'`") in line
+    res.candidates = commits[:3]
+    assert _answer(Path("."), res, args) == ["no single commit (a step stayed undecided): the first bad one is among "
+                                             + ", ".join(c[:12] for c in commits[:3])]
+    res.candidates = commits[:12]
+    assert f"after {'f' * 12} up to {commits[11][:12]}" in _answer(Path("."), res, args)[0]

@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import random
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -92,12 +93,12 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if args.json:
             args.json.write_text(json.dumps(result.as_dict(), indent=1))
-    for line in _answer(top, result):
+    for line in _answer(top, result, args):
         say(line)
     return 0 if result.stopped in ("found", "no regression") else 1
 
 
-def _answer(top: Path, res: Any) -> list[str]:
+def _answer(top: Path, res: Any, args: argparse.Namespace) -> list[str]:
     from perfsuite.orchestrate import bisect
 
     if res.stopped == "no regression":
@@ -107,7 +108,18 @@ def _answer(top: Path, res: Any) -> list[str]:
         return [f"first bad commit: {res.first_bad} {bisect.subject(top, res.first_bad)!r}: {step.note} B/A "
                 f"{step.change:+.1%} {interval_text(step.low, step.high)} against good, {step.pairs} pair(s)"]
     why = "a step stayed undecided" if res.stopped == "inconclusive" else "commits around it do not run"
-    return [f"no single commit ({why}): the first bad one is among " + ", ".join(c[:12] for c in res.candidates)]
+    if len(res.candidates) <= 8:
+        return [f"no single commit ({why}): the first bad one is among " + ", ".join(c[:12] for c in res.candidates)]
+    at = res.commits.index(res.candidates[0])
+    good, bad = (res.commits[at - 1] if at else res.good)[:12], res.candidates[-1][:12]
+    more = "" if res.stopped != "inconclusive" else f" --budget {4 * parse_duration(args.budget):.0f}s"
+    more += "".join(f" --{k} {shlex.quote(v)}" for k, v, default in
+                    (("profile", args.profile, "smoke"), ("backend", args.backend, None), ("model", args.model, None),
+                     ("device", args.device, "cpu"), ("cells", args.cells, "*")) if v != default)
+    return [f"no single commit ({why}): the first bad one is among the {len(res.candidates)} first-parent commits "
+            f"after {good} up to {bad} (`git log --first-parent {good}..{bad}`; all in --json); to narrow it, run "
+            f"again over that range{' with a longer budget' if more else ''}: `perfsuite bisect --good {good} --bad "
+            f"{bad}{more}`"]
 
 
 def _operators(top: Path, rel: Path, search: Any, res: Any, python: str, env: Any, workdir: Path,
