@@ -82,7 +82,7 @@ def _legacy_store(project) -> tuple[str, str]:
     rc, facts = detect("cpu")
     old = project.path / "baselines" / facts["legacy_runner_class"]
     old.mkdir(parents=True)
-    run = next((ROOT / "baselines" / "cpu-intel-xeon-amx-2c").glob("0001_*.json"))
+    run = next((ROOT / "baselines" / "cpu-intel-xeon-amx-2c-before-20261206").glob("0001_*.json"))
     (old / run.name).write_bytes(run.read_bytes())
     return rc, facts["legacy_runner_class"]
 

@@ -14,7 +14,7 @@ from perfsuite import cli
 from perfsuite.orchestrate import baselines
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMITTED = ROOT / "baselines" / "cpu-intel-xeon-amx-2c"  # 10 runs recorded as cpu-intel-xeon-2c
+COMMITTED = ROOT / "baselines" / "cpu-intel-xeon-amx-2c-before-20261206"  # 10 runs recorded as cpu-intel-xeon-2c
 
 
 def sha(folder: Path) -> dict[str, str]:

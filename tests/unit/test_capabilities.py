@@ -149,11 +149,11 @@ def test_cpuinfo_parsing_x86_and_aarch64():
 
 def test_recorded_flags_of_the_committed_baselines_give_their_class():
     """The migration's check: the tier derived from each committed run's recorded flags is its folder's."""
-    folder = ROOT / "baselines" / "cpu-intel-xeon-amx-2c"
+    folder = ROOT / "baselines" / "cpu-intel-xeon-amx-2c-before-20261206"
     runs = sorted(folder.glob("*.json"))
     assert len(runs) == 10
     for p in runs:
         mi = json.loads(p.read_text())["machine_info"]
         assert mi["perfsuite"]["runner_class"] == "cpu-intel-xeon-2c"  # recorded before the tier; files unchanged
         assert capabilities.from_machine_info(mi).tier == "amx"
-        assert runner_class.recorded_class(mi) == folder.name
+        assert runner_class.recorded_class(mi) == "cpu-intel-xeon-amx-2c"
