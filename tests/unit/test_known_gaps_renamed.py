@@ -56,7 +56,7 @@ def _sha(p: Path) -> str:
 def test_migrate_renames_the_gaps_file_with_the_folder(tmp_path, capsys):
     d = _dir(tmp_path, **{OLD: GAP})
     root = d.parent
-    shutil.copytree(ROOT / "baselines" / NEW, root / OLD)  # the committed runs, recorded as cpu-intel-xeon-2c
+    shutil.copytree(ROOT / "baselines" / f"{NEW}-before-20261206", root / OLD)  # the 3aae1d5 runs, recorded as cpu-intel-xeon-2c
     before = _sha(d / f"{OLD}.toml")
     assert cli.main(["baselines", "migrate", "--dir", str(root)]) == 0
     out = capsys.readouterr().out
