@@ -165,6 +165,7 @@ class Bisection:
 
     def step(self, commit: str, budget_s: float, tau: float | None) -> Step:
         from perfsuite.facts.errors import UsageError
+        from perfsuite.measure.lockstep import LockstepError
         from perfsuite.measure.worker import pool
         from perfsuite.orchestrate import twotree
         from perfsuite.orchestrate.confirm.worktree import temporary_worktree
@@ -190,7 +191,7 @@ class Bisection:
             try:
                 res = twotree.ab(sides, plans, facts, self.config, budget_s=budget_s, decide=decide, select=select,
                                  stop=lambda ms: "decided" if all(m.kind != "open" for m in ms) else None)
-            except UsageError as exc:
+            except (UsageError, LockstepError) as exc:  # a side that never got ready or stopped taking turns
                 self.say(f"{label}: skipped: {exc}")
                 return Step(commit, "skip", note=str(exc), seconds=time.monotonic() - t0, budget_s=budget_s)
         worst = max(res.members, key=lambda m: m.cs.estimate() if m.cs.n else -math.inf)

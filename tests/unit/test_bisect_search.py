@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -178,3 +180,26 @@ def test_an_undecided_search_over_a_long_range_answers_with_the_command_that_nar
                                              + ", ".join(c[:12] for c in commits[:3])]
     res.candidates = commits[:12]
     assert f"after {'f' * 12} up to {commits[11][:12]}" in _answer(Path("."), res, args)[0]
+
+
+def test_a_step_whose_side_stops_taking_turns_is_skipped_not_a_traceback(tmp_path: Path, monkeypatch) -> None:
+    """A LockstepError from the pairs (a side not ready after its timeout, or one that stopped taking turns) skips
+    that commit, as a tree that does not import does; before, it ended the whole search with a traceback."""
+    from perfsuite.measure.lockstep import LockstepError
+    from perfsuite.orchestrate import twotree
+
+    repo, shas = _repo(tmp_path)
+    monkeypatch.setattr(twotree, "prepare", lambda sides, args: ({}, {}))
+
+    def ab(*a, **k):
+        raise LockstepError("side B is not taking turns")
+
+    monkeypatch.setattr(twotree, "ab", ab)
+    said: list[str] = []
+    good = SimpleNamespace(python=sys.executable)
+    search = bisect.Bisection(repo, Path("."), good, {}, SimpleNamespace(ab_threshold=0.03), say=said.append)
+    step = search.step(shas[2], 60.0, 0.02)
+    assert (step.commit, step.verdict, step.note) == (shas[2], "skip", "side B is not taking turns")
+    assert said == [f"{shas[2][:12]}: skipped: side B is not taking turns"]
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
+    assert listed.stdout.count("worktree ") == 1  # the step's worktree is gone
