@@ -180,6 +180,9 @@ def test_an_undecided_search_over_a_long_range_answers_with_the_command_that_nar
                                              + ", ".join(c[:12] for c in commits[:3])]
     res.candidates = commits[:12]
     assert f"after {'f' * 12} up to {commits[11][:12]}" in _answer(Path("."), res, args)[0]
+    res.stopped = "skipped"  # untestable commits around it: the same range, no longer budget
+    (line,) = _answer(Path("."), res, args)
+    assert "commits around it do not run" in line and "longer budget" not in line and "--budget" not in line
 
 
 def test_a_step_whose_side_stops_taking_turns_is_skipped_not_a_traceback(tmp_path: Path, monkeypatch) -> None:

@@ -112,13 +112,14 @@ def _answer(top: Path, res: Any, args: argparse.Namespace) -> list[str]:
         return [f"no single commit ({why}): the first bad one is among " + ", ".join(c[:12] for c in res.candidates)]
     at = res.commits.index(res.candidates[0])
     good, bad = (res.commits[at - 1] if at else res.good)[:12], res.candidates[-1][:12]
-    more = "" if res.stopped != "inconclusive" else f" --budget {4 * parse_duration(args.budget):.0f}s"
+    longer = res.stopped == "inconclusive"
+    more = f" --budget {4 * parse_duration(args.budget):.0f}s" if longer else ""
     more += "".join(f" --{k} {shlex.quote(v)}" for k, v, default in
                     (("profile", args.profile, "smoke"), ("backend", args.backend, None), ("model", args.model, None),
                      ("device", args.device, "cpu"), ("cells", args.cells, "*")) if v != default)
     return [f"no single commit ({why}): the first bad one is among the {len(res.candidates)} first-parent commits "
             f"after {good} up to {bad} (`git log --first-parent {good}..{bad}`; all in --json); to narrow it, run "
-            f"again over that range{' with a longer budget' if more else ''}: `perfsuite bisect --good {good} --bad "
+            f"again over that range{' with a longer budget' if longer else ''}: `perfsuite bisect --good {good} --bad "
             f"{bad}{more}`"]
 
 
