@@ -47,6 +47,7 @@ class Member:
     test: str = ""  # the pytest test the policy gates (test_tpot[...], test_tpot_under_load[...])
     a_values: list[float] = field(default_factory=list)
     b_values: list[float] = field(default_factory=list)
+    early: tuple[float, float, int] | None = None  # refuted by a first stage: its (low, high) log interval, pairs
 
 
 def test_name(cell: Mapping[str, Any], metric: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.facts.vocabulary import pct as _pct
-from perfsuite.verdict.sequential import GRID_HALF_WIDTH
+from perfsuite.verdict.sequential import GRID_HALF_WIDTH, signed_rank_interval
 
 KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
 # A suspected screen is confirmed by default only if this many A/B pairs of its cell fit the default confirmation's
@@ -36,6 +36,33 @@ def suspected(v: Any, pair_s: float | None, budget_s: float) -> tuple[bool, str]
     return True, f"its interval reaches {_pct(worst)}, beyond the {_pct(v.threshold)} threshold"
 
 
+# The first stage of a suspected screen's A/B (docs/gate.md, "Confirmation by default"): at these pair counts, a
+# one-sided signed-rank bound at REFUTE_ALPHA / len(REFUTE_LOOKS) each (Bonferroni over the looks) that excludes a
+# slowdown beyond the threshold refutes the metric. It only ever refutes, so the false-alarm rate (confirmed on
+# unchanged code) keeps the gate's alpha; what it costs is that a slowdown exactly at the threshold is refuted with
+# probability <= REFUTE_ALPHA (a larger one less often). Before it, an unchanged tree waited for the confidence
+# sequence at the gate's alpha: 33-61 pairs, 108 s median in campaign 10. The looks: resampling 80 A/A pairs of the
+# torch cell (benchmarks/data/first-stage-20261206/), (12, 20) refuted all three metrics by pair 12 in 54 % and by
+# pair 20 in 87 % of unchanged trees; (12, 18, 24), (10, 15, 20) and (8, 12, 16, 20) stopped later at the median.
+REFUTE_LOOKS = (12, 20)
+REFUTE_ALPHA = 0.05
+
+
+def first_stage(d: Sequence[float], tau: float, looks: Sequence[int] = REFUTE_LOOKS,
+                alpha: float = REFUTE_ALPHA) -> tuple[float, float] | None:
+    """``d``: a suspected metric's log(B/A) per pair (> 0 slower), ``tau``: its log threshold. At a look (``len(d)``
+    in ``looks``), the interval whose upper end is the one-sided (1 - alpha / len(looks)) signed-rank bound, when
+    that end is below ``tau`` (the metric is refuted); otherwise None."""
+    if len(d) not in looks:
+        return None
+    got = signed_rank_interval(d, 2 * alpha / len(looks))
+    return got if got is not None and got[1] < tau else None
+
+
+FIRST_STAGE = (f"first stage: the one-sided {100 * (1 - REFUTE_ALPHA / len(REFUTE_LOOKS)):.1f} % signed-rank bound "
+               "is below the threshold")
+
+
 def classify(low: float, high: float, estimate: float, tau: float, n: int, min_pairs: int = 2) -> str:
     """Log-scale interval, Hodges-Lehmann estimate and threshold -> confirmed | refuted | open."""
     if n < min_pairs:
@@ -45,6 +72,19 @@ def classify(low: float, high: float, estimate: float, tau: float, n: int, min_p
     if high < tau:
         return "refuted"
     return "open"
+
+
+def settle(low: float, high: float, estimate: float, tau: float, d: Sequence[float], suspected: bool
+           ) -> tuple[str, tuple[float, float] | None]:
+    """One metric of the confirmation after a pair: :func:`classify` on its confidence sequence (``low``, ``high``,
+    ``estimate``: log scale; ``d``: its log-ratios so far) and, for a ``suspected`` screen still open, the first
+    stage. (kind, the first stage's interval when it refuted)."""
+    kind = classify(low, high, estimate, tau, len(d))
+    if kind == "open" and suspected:
+        early = first_stage(d, tau)
+        if early is not None:
+            return "refuted", early
+    return kind, None
 
 
 @dataclass(frozen=True)
@@ -64,6 +104,7 @@ class Finding:
     elapsed_s: float | None = None
     threads: int | None = None  # OMP_NUM_THREADS both sides ran with (machine.cotenant; None: the cells' default)
     extra: tuple[str, ...] = ()  # confirmed: lines after the verdict (the library note, the operator diff)
+    stage: str = ""  # refuted by the first stage of a suspected screen's A/B: FIRST_STAGE
 
 
 @dataclass
@@ -90,7 +131,7 @@ def interval_text(low: float | None, high: float | None, digits: int = 1) -> str
 def _ab(f: Finding) -> str:
     return (f"A/B against the baselines' commit {f.commit[:12] or '?'}: B/A {_pct(f.change)} "
             f"{interval_text(f.ci_low, f.ci_high)}, {f.pairs} pair(s)"
-            + (f" in {f.elapsed_s:.0f} s" if f.elapsed_s is not None else ""))
+            + (f" in {f.elapsed_s:.0f} s" if f.elapsed_s is not None else "") + (f", {f.stage}" if f.stage else ""))
 
 
 def drift_text(f: Finding) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from perfsuite.verdict import confirm_decision as decision
@@ -134,3 +135,75 @@ def test_an_effect_past_the_sequences_range_reads_as_a_bound() -> None:
     assert decision.interval_text(0.047, 0.214) == "[+4.7%, +21.4%]"
     assert decision.interval_text(0.05, 0.05) == "[+5.0%, +5.0%]"  # a narrow interval inside the range stays one
     assert decision.interval_text(math.expm1(-0.7), math.expm1(-0.7)) == "[beyond -50.3%]"
+
+
+def _pairs(n: int, shift: float, sd: float, rng: np.random.Generator) -> list[float]:
+    return list(shift + rng.normal(0.0, sd, n))
+
+
+def test_first_stage_refutes_at_its_looks_only_and_only_below_the_threshold() -> None:
+    rng = np.random.default_rng(3)
+    flat = [0.002 * (-1) ** i * (i % 5) for i in range(40)]  # unchanged: tight around 0
+    assert decision.first_stage(flat[:12], TAU) is not None
+    lo, hi = decision.first_stage(flat[:12], TAU) or (0.0, 0.0)
+    assert lo < 0 < hi < TAU
+    assert decision.first_stage(flat[:11], TAU) is None and decision.first_stage(flat[:13], TAU) is None  # no look
+    assert decision.first_stage([x + 0.05 for x in flat[:20]], TAU) is None  # a real +5 %: never refuted
+    assert decision.first_stage(_pairs(12, 0.0, 0.5, rng), TAU) is None  # too noisy to rule out +3 %
+
+
+def _refuted_by_the_first_stage(shift: float, sd: float, rng: np.random.Generator) -> bool:
+    d = _pairs(max(decision.REFUTE_LOOKS), shift, sd, rng)
+    return any(decision.first_stage(d[:n], TAU) is not None for n in decision.REFUTE_LOOKS)
+
+
+def test_first_stage_refutes_a_slowdown_at_the_threshold_at_most_alpha_of_the_time() -> None:
+    """The price of the first stage, checked by simulation (normal noise, this VM's A/A spread of the torch cell's
+    TPOT, 3.7 % a pair: benchmarks/data/first-stage-20261206/): a slowdown exactly at the threshold is refuted at
+    most REFUTE_ALPHA of the time over both looks, a +5 % one almost never, unchanged code mostly."""
+    rng = np.random.default_rng(20261206)
+    trials = 3000
+    at_tau = sum(_refuted_by_the_first_stage(TAU, 0.037, rng) for _ in range(trials)) / trials
+    bound = decision.REFUTE_ALPHA + 3 * math.sqrt(decision.REFUTE_ALPHA * (1 - decision.REFUTE_ALPHA) / trials)
+    assert at_tau <= bound, at_tau
+    assert sum(_refuted_by_the_first_stage(math.log1p(0.05), 0.037, rng) for _ in range(500)) / 500 < 0.01
+    assert sum(_refuted_by_the_first_stage(0.0, 0.037, rng) for _ in range(500)) / 500 > 0.8
+
+
+@pytest.mark.parametrize(("low", "high", "suspected", "kind", "early"), [
+    (-0.6, 0.7, True, "refuted", True),  # the sequence is still wide; the first stage rules out +3 %
+    (-0.6, 0.7, False, "open", False),  # a screened regression waits for the sequence
+    (-0.01, 0.02, True, "refuted", False),  # the sequence itself refutes: no first stage needed
+    (0.05, 0.2, True, "confirmed", False),  # the first stage never confirms or un-confirms
+])
+def test_settle_runs_the_first_stage_for_suspected_screens_only(low: float, high: float, suspected: bool,
+                                                                kind: str, early: bool) -> None:
+    d = [0.002 * (-1) ** i * (i % 5) for i in range(12)]
+    got, stage = decision.settle(low, high, 0.09 if kind == "confirmed" else 0.0, TAU, d, suspected)
+    assert got == kind and (stage is not None) == early
+
+
+def test_a_first_stage_refutation_says_so() -> None:
+    f = ab("refuted", pairs=12, stage=decision.FIRST_STAGE)
+    assert "12 pair(s) in 95 s, first stage: the one-sided 97.5 % signed-rank bound is below the threshold" in (
+        decision._ab(f))
+
+
+def test_a_finding_refuted_by_the_first_stage_keeps_its_interval_and_pairs() -> None:
+    """The sequence went on after the first stage refuted (another metric of the cell was still open): the finding
+    reports what refuted it, at the pairs it had then."""
+    from perfsuite.orchestrate.abloop import Member
+    from perfsuite.orchestrate.confirm.session import Target, finding
+    from perfsuite.verdict import sequential
+
+    m = Member("c", "tpot", "median_tpot_ms", "median", "tpot_ms", 1.0, 0.01, sequential.ConfidenceSequence(0.01))
+    for i in range(20):
+        m.cs.update(0.002 * (-1) ** i * (i % 5))
+        m.a_values.append(2.0)
+        m.b_values.append(2.0)
+    m.kind, m.early = "refuted", (-0.004, 0.006, 12)
+    f = finding(Target("n", "c", "tpot", "median_tpot_ms", "inconclusive", 2.0, 2.0), m, "abc1234", 30.0, 0.8)
+    assert (f.kind, f.pairs, f.stage) == ("refuted", 12, decision.FIRST_STAGE)
+    assert f.ci_low == pytest.approx(math.expm1(-0.004)) and f.ci_high == pytest.approx(math.expm1(0.006))
+    m.early = None
+    assert finding(Target("n", "c", "tpot", "median_tpot_ms", "inconclusive", 2.0, 2.0), m, "a", 30.0, 0.8).pairs == 20

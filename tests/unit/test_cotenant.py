@@ -101,7 +101,7 @@ def test_drift_at_other_threads_comes_from_the_screen_over_the_ab() -> None:
     cs = sequential.ConfidenceSequence(alpha=0.05)
     for d in (0.0953,) * 8:
         cs.update(d)
-    m = SimpleNamespace(cs=cs, kind="refuted", a_values=[1.9, 2.0, 2.1])
+    m = SimpleNamespace(cs=cs, kind="refuted", a_values=[1.9, 2.0, 2.1], early=None)
     t = Target("n", "c", "tpot", "median_tpot_ms", "regression", baseline_value=1.0, screen_value=1.32)
     f = finding(t, m, "abc1234", 100.0, 0.8, threads=1)
     assert f.change == pytest.approx(0.1, abs=1e-3) and f.drift == pytest.approx(1.32 / 1.1 - 1, abs=1e-3)

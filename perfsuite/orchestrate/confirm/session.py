@@ -135,9 +135,13 @@ class Confirmation:
             found = {(t.nodeid, t.metric): decision.Finding("unconfirmed", t.metric, reason=str(exc))
                      for t in targets}
         self.findings.update(found)
+        early = sum(bool(f.stage) for f in found.values())
         self.summary.append(f"confirm: {len(targets)} metric(s) A/B-confirmed ({n_reg} screened regression(s), "
                             f"{len(targets) - n_reg} suspected: an inconclusive screen whose interval reaches beyond "
-                            f"its threshold) in {time.monotonic() - t0:.0f} s")
+                            f"its threshold) in {time.monotonic() - t0:.0f} s"
+                            + (f"; {early} refuted by the first stage (a look at "
+                                 f"{' or '.join(map(str, decision.REFUTE_LOOKS))} pairs)" if early
+                               else ""))
         if self.threads is not None and self.threads.threads is not None:
             self.summary.append("confirm " + self.threads.line)
         for (nodeid, metric), f in found.items():
@@ -199,9 +203,17 @@ class Confirmation:
             mems = abloop.members(plans["b"]["cells"], gate.config, gate.config.alpha,
                                   select=lambda cid, m, metric: (cid, m, metric) in wanted)
 
+            suspects = {(t.cell_id, t.test_metric, t.metric) for t in targets if t.screen == "inconclusive"}
+
             def decide(m: abloop.Member) -> tuple[str, str]:
+                if m.early is not None:  # refuted by the first stage: it stays so
+                    return "refuted", decision.FIRST_STAGE
                 lo, hi = m.cs.interval()
-                return decision.classify(lo, hi, m.cs.estimate(), math.log1p(m.threshold or 0.0), m.cs.n), ""
+                kind, early = decision.settle(lo, hi, m.cs.estimate(), math.log1p(m.threshold or 0.0), m.cs.data,
+                                              (m.cell_id, m.test_metric, m.metric) in suspects)
+                if early is not None:
+                    m.early = (*early, m.cs.n)
+                return kind, decision.FIRST_STAGE if early is not None else ""
 
             last = [0.0]
 
@@ -250,20 +262,24 @@ class Confirmation:
 def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: int | None = None,
             extra: tuple[str, ...] = ()) -> decision.Finding:
     lo, hi = m.cs.interval()
+    n = m.cs.n
     kind = m.kind if m.kind in ("confirmed", "refuted") else "inconclusive"
+    if m.early is not None:  # refuted by the first stage: its interval and pairs, not the sequence's since
+        lo, hi, n = m.early
     mde = sequential.mde_reached(m.cs, power) if kind == "inconclusive" else math.nan
-    a_level = math.exp(trimmed_log_mean(m.a_values)) if m.a_values else None
-    change = math.expm1(m.cs.estimate()) if m.cs.n else None
+    a_level = math.exp(trimmed_log_mean(m.a_values[:n])) if m.a_values else None
+    change = math.expm1(sequential.hodges_lehmann(m.cs.data[:n])) if n else None
     if threads is None:  # A at the cell's own threads: its level against the baselines is the drift
         drift = a_level / t.baseline_value - 1 if a_level and t.baseline_value else None
     else:  # A at other threads: A's level at the cell's default is the screen's B over the A/B's B/A
         drift = (t.screen_value / (1 + change) / t.baseline_value - 1
                  if t.screen_value and t.baseline_value and change is not None and change > -1 else None)
     return decision.Finding(kind, t.metric, change=change,
-                            ci_low=math.expm1(lo), ci_high=math.expm1(hi), pairs=m.cs.n,
+                            ci_low=math.expm1(lo), ci_high=math.expm1(hi), pairs=n,
                             mde=math.expm1(mde) if math.isfinite(mde) else None, drift=drift, a_value=a_level,
                             baseline_value=t.baseline_value, commit=sha, elapsed_s=elapsed, threads=threads,
-                            extra=extra if kind == "confirmed" else ())
+                            extra=extra if kind == "confirmed" else (),
+                            stage=decision.FIRST_STAGE if m.early is not None else "")
 
 
 def broken_import(exc: SyntaxError | ImportError) -> str:
