@@ -147,7 +147,8 @@ class Confirmation:
         for (nodeid, metric), f in found.items():
             self.summary.append(f"confirm {nodeid.split('::')[-1]} {metric}: {f.kind}"
                                 + (f" (B/A {_pct(f.change)} {decision.interval_text(f.ci_low, f.ci_high)}, {f.pairs} "
-                                   f"pair(s); {decision.drift_text(f)})" if f.kind != "unconfirmed" else
+                                   f"pair(s){', ' + f.stage if f.stage else ''}; {decision.drift_text(f)})"
+                                   if f.kind != "unconfirmed" else
                                    f": {f.reason}"))
 
     def _ab(self, ps: Any, targets: list[Target], cells: list[str], budget: float, say: Callable[[str], None],
