@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import threading
+from collections.abc import Iterator
 
 import pytest
 from serve_stub import Stub
@@ -57,11 +61,58 @@ def test_usage_errors_are_one_line_exit_2(args, msg, capsys):
     assert msg in err and err.count("\n") == 1
 
 
-def test_no_model_listed_is_a_usage_error(capsys):
+def test_no_server_is_a_usage_error(capsys):
     from perfsuite.measure.serving.server import free_port
 
-    assert main(["serve", "--base-url", f"http://127.0.0.1:{free_port()}"]) == 2
-    assert "pass --model NAME" in capsys.readouterr().err
+    port = free_port()
+    assert main(["serve", "--base-url", f"http://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert f"nothing answers at http://127.0.0.1:{port}" in err and "start the server first" in err
+    assert err.count("\n") == 1
+
+
+@contextlib.contextmanager
+def html_server() -> Iterator[str]:
+    """A loopback HTTP server that is not an OpenAI server: every GET is an HTML page, every POST a 501 page."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<!DOCTYPE html><html><body><h1>Directory listing</h1></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            self.send_error(501, "Unsupported method ('POST')")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join()
+
+
+def test_a_server_that_is_not_openai_is_named_not_dumped(tmp_path, capsys):
+    with html_server() as url:
+        assert main(["serve", "--base-url", url]) == 2  # no --model: /v1/models is an HTML page
+        err = capsys.readouterr().err
+        assert f"{url}/v1/models answered an HTML page, not an OpenAI model list" in err
+        assert "OpenAI-compatible server" in err and err.count("\n") == 1
+        # with --model the requests fail: one line per failure kind, no HTML, no latency figures of nothing
+        assert main(["serve", "--base-url", url, "--model", "m", "--num-prompts", "3", "--warmup", "0",
+                     "--json", str(tmp_path / "s.json")]) == 1
+        err = capsys.readouterr().err
+    assert "0/3 ok, no request completed: HTTP 501 with an HTML page" in err
+    assert "3 of 3 requests failed" in err and "<" not in err and "TTFT" not in err
 
 
 def test_word_tokenizer_round_trips_ids(tmp_path):

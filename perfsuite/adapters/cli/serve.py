@@ -66,14 +66,23 @@ def check_url(url: str, allow_remote: bool) -> str:
 def served_model(base_url: str) -> str:
     from perfsuite.measure.serving.server import http_get
 
+    url = base_url + "/v1/models"
     try:
-        status, body = http_get(base_url + "/v1/models", timeout_s=10)
-        ids = [m["id"] for m in json.loads(body).get("data", [])] if status == 200 else []
-    except (OSError, ValueError, KeyError, TypeError):
-        ids = []
+        status, body = http_get(url, timeout_s=10)
+    except OSError as exc:
+        raise UsageError(f"nothing answers at {base_url} ({getattr(exc, 'reason', exc)}); start the server first, "
+                         "or check --base-url") from None
+    not_openai = "is this an OpenAI-compatible server (vLLM: python -m vllm.entrypoints.openai.api_server)?"
+    if status != 200:
+        raise UsageError(f"{url} answered HTTP {status}: {not_openai} Or pass --model NAME")
+    try:
+        ids = [str(m["id"]) for m in json.loads(body)["data"]]
+    except (ValueError, KeyError, TypeError):
+        what = "an HTML page" if body.lstrip().startswith("<") else f"{' '.join(body.split())[:60]!r}"
+        raise UsageError(f"{url} answered {what}, not an OpenAI model list: {not_openai}") from None
     if not ids:
-        raise UsageError(f"{base_url}/v1/models lists no model (is the server up?); pass --model NAME")
-    return str(ids[0])
+        raise UsageError(f"{url} lists no model (the server is up but serves none yet?); pass --model NAME")
+    return ids[0]
 
 
 def points(args: argparse.Namespace) -> list[Any]:

@@ -201,6 +201,9 @@ def summary(r: dict[str, Any]) -> str:
     """One line of a measured serving point (a server start's result): completions, throughputs, medians, the
     client's dispatch delay and CPU share."""
     m = r["metrics"]
+    if not m["completed"]:  # no latency to report: 0.0 ms would read as a figure
+        top = next(iter(m.get("errors") or {}), "no error text")
+        return f"perfsuite serve: {r['point']['slug']}: 0/{m['num_prompts']} ok, no request completed: {top}"
     good = f", goodput {m['request_goodput']:.2f} req/s" if "request_goodput" in m else ""
     return (f"perfsuite serve: {r['point']['slug']}: {m['completed']}/{m['num_prompts']} ok, "
             f"{m['request_throughput']:.2f} req/s, {m['output_throughput']:.1f} tok/s{good}; median TTFT "

@@ -149,6 +149,14 @@ def payload(req: Request, model: str) -> dict[str, Any]:
             "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0.0}
 
 
+def http_error(status: int, content_type: str, body: str) -> str:
+    """A failed request's error text in one line: an HTML page (a server that is not OpenAI-compatible, a proxy) is
+    named as such instead of copied."""
+    if "html" in content_type.lower() or body.lstrip().startswith("<"):
+        return f"HTTP {status} with an HTML page, not an OpenAI response: is this an OpenAI-compatible server?"
+    return f"HTTP {status}: {' '.join(body.split())[:200]}"
+
+
 async def send(session: Any, url: str, body: dict[str, Any], rec: Record, t0: float) -> None:
     """Stream one completion; timestamps per SSE event as ``vllm bench serve`` takes them."""
     st = time.perf_counter()
@@ -157,8 +165,8 @@ async def send(session: Any, url: str, body: dict[str, Any], rec: Record, t0: fl
     first = True
     try:
         async with session.post(url, json=body) as resp:
-            if resp.status != 200:
-                rec.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+            if resp.status != 200 or "html" in resp.content_type:
+                rec.error = http_error(resp.status, resp.content_type, await resp.text())
                 return
             async for raw in resp.content:
                 line = raw.strip()
