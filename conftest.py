@@ -8,6 +8,7 @@ from pyproject.toml, and pytest then warns that the already-imported perfsuite p
 (an error under ``filterwarnings = error``).
 """
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,14 @@ def pytest_configure(config: pytest.Config) -> None:
         # the pytest runs those tests start ("xdist plugin is active"). Those runs are not distributed.
         for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
             os.environ.pop(name, None)
+        # The runs those tests start measure side by side on purpose (their timings are not asserted): one suite
+        # lock per worker, so that one worker's run does not wait for another's (perfsuite.machine.preflight).
+        if not os.environ.get("PERFSUITE_LOCK_DIR"):
+            import tempfile
+
+            lock_dir = Path(tempfile.mkdtemp(prefix=f"perfsuite-lock-{config.workerinput['workerid']}-"))
+            os.environ["PERFSUITE_LOCK_DIR"] = str(lock_dir)
+            config.add_cleanup(lambda: shutil.rmtree(lock_dir, ignore_errors=True))
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         # A shell without job control starts background jobs with SIGINT ignored, and every child inherits that:
         # the tests that press Ctrl-C on a child (a server, a tool, a worker, a run) would then wait for nothing.

@@ -4,9 +4,11 @@ TTFT 100x the normal one).
 
 * :func:`check_writable`: ``baselines/<class>/`` (or the nearest folder above it) takes a new file, tried for real,
   so a read-only checkout fails before the matrix runs, not after.
-* :class:`SuiteLock`: one ``flock`` per user and machine, exclusive for a recording run and shared for an ordinary
-  one; each holder leaves its pid and command line beside the lock, so a refusal names the other run. The kernel
-  drops a lock when its holder dies: a crashed run never blocks the next one.
+* :class:`SuiteLock`: one ``flock`` per user and machine, held exclusively while a run measures; each holder leaves
+  its pid and command line beside the lock, so a refusal names the other run. A recording run refuses at once when
+  another holds it; an ordinary run waits for it (:func:`lock_wait_s`), saying for whom: two runs measuring at once
+  slowed each other ~4x and their drift notes read as nonsense. The kernel drops a lock when its holder dies: a
+  crashed run never blocks the next one.
 * :func:`sample_load`: CPU time spent in ~0.5 s outside this process tree (the machine's CPU times minus our own
   tree's, both from psutil), the busiest other processes named, and the load average.
 
@@ -75,7 +77,10 @@ def check_writable(directory: Path) -> Path:
 
 # ----------------------------------------------------------------------------------------------------- suite lock
 def default_lock_dir() -> Path:
-    """Per user and machine: $XDG_RUNTIME_DIR/perfsuite, else <tmp>/perfsuite-<uid>."""
+    """Per user and machine: $PERFSUITE_LOCK_DIR, else $XDG_RUNTIME_DIR/perfsuite, else <tmp>/perfsuite-<uid>. (The
+    project's own parallel tests give each xdist worker its own: their runs measure side by side on purpose.)"""
+    if os.environ.get("PERFSUITE_LOCK_DIR"):
+        return Path(os.environ["PERFSUITE_LOCK_DIR"])
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return Path(runtime) / "perfsuite"
@@ -91,9 +96,29 @@ class Holder:
     since: float
 
     def describe(self) -> str:
-        what = "a recording run (--perf-update-baselines)" if self.mode == "exclusive" else "a perfsuite run"
+        what = {"exclusive": "a recording run (--perf-update-baselines)", "measuring": "a perfsuite run measuring"
+                }.get(self.mode, "a perfsuite run")
         age = max(0, int(time.time() - self.since))
         return f"{what}, pid {self.pid}, running {age} s: {self.command}"
+
+
+LOCK_WAIT_S = 1800.0  # how long an ordinary run waits for another to finish measuring; env PERFSUITE_LOCK_WAIT_S
+
+
+def lock_wait_s(env: dict[str, str] | None = None) -> float:
+    """Seconds an ordinary run waits for the suite lock: ``PERFSUITE_LOCK_WAIT_S`` (0: refuse at once), else
+    LOCK_WAIT_S."""
+    raw = (os.environ if env is None else env).get("PERFSUITE_LOCK_WAIT_S", "").strip()
+    if not raw:
+        return LOCK_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise PreflightError(f"PERFSUITE_LOCK_WAIT_S={raw!r} is not a number of seconds >= 0; unset it, or set e.g. "
+                             "600 (0: refuse at once when another perfsuite run is measuring)")
+    return value
 
 
 class LockBusy(PreflightError):
@@ -108,8 +133,10 @@ class SuiteLock:
     inherit it; a *forked* worker does share it (flock belongs to the open file description), which keeps the lock
     for as long as any of the run's processes lives."""
 
-    def __init__(self, exclusive: bool, directory: Path | None = None, command: str | None = None) -> None:
-        self.exclusive = exclusive
+    def __init__(self, exclusive: bool, directory: Path | None = None, command: str | None = None,
+                 measuring: bool = False) -> None:
+        self.exclusive = exclusive or measuring  # measuring: an ordinary run, alone while it measures
+        self.mode = "measuring" if measuring else "exclusive" if exclusive else "shared"
         self.directory = Path(directory) if directory else default_lock_dir()
         self.command = command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300]
         self.path = self.directory / "suite.lock"
@@ -136,7 +163,9 @@ class SuiteLock:
                     f.unlink()
         return out
 
-    def acquire(self) -> SuiteLock:
+    def acquire(self, wait_s: float = 0.0, say: Any = None) -> SuiteLock:
+        """Take the lock; held by another run: refuse (:class:`LockBusy`) at once, or with ``wait_s`` > 0 first wait
+        that long for it, telling ``say`` once whom it waits for."""
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
@@ -147,22 +176,45 @@ class SuiteLock:
         except OSError as exc:
             raise PreflightError(f"cannot create the suite lock {self.path} ({exc.strerror}); set XDG_RUNTIME_DIR "
                                  "or TMPDIR to a writable folder") from None
+        mode = (fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        deadline = time.monotonic() + wait_s
+        told = False
         try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except BlockingIOError:
+            while True:
+                try:
+                    fcntl.flock(fd, mode)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise self._busy(waited=wait_s) from None
+                    if not told and say is not None:
+                        names = "; ".join(h.describe() for h in self.holders()) or "a run that left no pid file"
+                        up_to = f"{wait_s:.0f} s" if wait_s < 120 else f"{wait_s / 60:.0f} min"
+                        say(f"perfsuite: waiting up to {up_to} for another perfsuite run on this "
+                            f"machine to finish measuring ({names}): two at once slow each other")
+                        told = True
+                    time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        except BaseException:  # refused, or Ctrl-C while waiting: nothing held
             os.close(fd)
-            raise self._busy() from None
+            raise
         self._fd = fd
-        holder = Holder(os.getpid(), "exclusive" if self.exclusive else "shared", self.command, time.time())
+        holder = Holder(os.getpid(), self.mode, self.command, time.time())
         tmp = self._holder_file(os.getpid()).with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(holder)))
         os.replace(tmp, self._holder_file(os.getpid()))
         return self
 
-    def _busy(self) -> LockBusy:
+    def _busy(self, waited: float = 0.0) -> LockBusy:
         holders = self.holders()
         names = "; ".join(h.describe() for h in holders) or "another perfsuite run (it left no pid file)"
-        if self.exclusive:
+        if waited > 0:
+            return LockBusy(f"another perfsuite run is still measuring on this machine after {waited:.0f} s of "
+                            f"waiting ({names}); run again when it is done, or raise PERFSUITE_LOCK_WAIT_S (lock "
+                            f"{self.path})", holders)
+        if self.mode == "measuring":
+            msg = (f"another perfsuite run is measuring on this machine ({names}); two at once slow each other. "
+                   "Wait for it to finish (PERFSUITE_LOCK_WAIT_S=0 refused at once)")
+        elif self.exclusive:
             msg = (f"another perfsuite run is using this machine ({names}); a baseline recorded beside it would "
                    "be slowed by it. Wait for it to finish, then record again")
         else:

@@ -279,6 +279,17 @@ def test_recording_refuses_before_measuring(project):
         res = run(p, "--perf-update-baselines")
     assert res.ret == 4 and "another perfsuite run is using this machine" in res.stderr.str()
     assert not (p.path / "baselines").exists() or not any((p.path / "baselines").rglob("*.json"))
+    # an ordinary run waits for one that is measuring (PERFSUITE_LOCK_WAIT_S), then gives up in one line
+    os.environ["PERFSUITE_LOCK_WAIT_S"] = "1"
+    try:
+        with preflight.SuiteLock(exclusive=False, measuring=True):
+            res = run(p)
+    finally:
+        del os.environ["PERFSUITE_LOCK_WAIT_S"]
+    text = res.stdout.str() + res.stderr.str()
+    assert res.ret == 4 and "waiting up to 1 s for another perfsuite run on this machine" in text, text[-3000:]
+    assert "still measuring on this machine after 1 s of waiting" in text and "measuring 1 cell" not in text
+    assert "Traceback" not in text
     os.environ["PERFSUITE_INJECT_DECODE_SLOWDOWN"] = "abc"
     try:
         res = run(p)

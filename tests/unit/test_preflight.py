@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -59,7 +60,7 @@ HOLDER = textwrap.dedent("""
     from pathlib import Path
     from perfsuite.machine.preflight import SuiteLock
     lock = SuiteLock(exclusive=sys.argv[2] == "exclusive", directory=Path(sys.argv[1]),
-                     command="pytest tests/perf --perf-update-baselines")
+                     command="pytest tests/perf --perf-update-baselines", measuring=sys.argv[2] == "measuring")
     lock.acquire()
     print("held", flush=True)
     sys.stdin.read()  # hold until the parent closes stdin
@@ -81,7 +82,10 @@ def holder(tmp_path):
     for p in procs:
         if p.poll() is None:
             p.kill()
-        p.communicate()  # waits and closes the pipes
+        p.wait()
+        for pipe in (p.stdin, p.stdout):  # (a test may have closed stdin to end its holder)
+            if pipe is not None:
+                pipe.close()
 
 
 @linux_only
@@ -103,6 +107,48 @@ def test_ordinary_run_is_told_a_recording_is_in_progress(tmp_path, holder):
         pf.SuiteLock(exclusive=False, directory=tmp_path / "lock").acquire()
     assert "a baseline is being recorded on this machine" in str(exc.value)
     assert f"a recording run (--perf-update-baselines), pid {rec.pid}" in str(exc.value)
+
+
+@linux_only
+def test_a_measuring_run_waits_for_another_then_takes_the_lock(tmp_path, holder):
+    """Two ordinary runs at once slowed each other ~4x (issue 40): the second waits, saying for whom, then
+    measures alone."""
+    other = holder("measuring")
+    with pytest.raises(pf.LockBusy, match="another perfsuite run is measuring on this machine"):
+        pf.SuiteLock(exclusive=False, measuring=True, directory=tmp_path / "lock").acquire()  # no wait: refused
+    said: list[str] = []
+    release = threading.Timer(1.0, other.stdin.close)  # the other run ends a second from now
+    release.start()
+    lock = pf.SuiteLock(exclusive=False, measuring=True, directory=tmp_path / "lock").acquire(wait_s=60,
+                                                                                          say=said.append)
+    try:
+        assert other.wait(timeout=10) == 0 and lock.holders() == []
+    finally:
+        lock.release()
+    release.join()
+    assert len(said) == 1 and "waiting up to 60 s for another perfsuite run" in said[0]
+    assert f"a perfsuite run measuring, pid {other.pid}" in said[0]
+
+
+@linux_only
+def test_a_waiting_run_gives_up_in_one_line_and_holds_nothing(tmp_path, holder):
+    other = holder("measuring")
+    lock = pf.SuiteLock(exclusive=False, measuring=True, directory=tmp_path / "lock")
+    with pytest.raises(pf.LockBusy, match=r"still measuring on this machine after 1 s of waiting .*pid "
+                                          rf"{other.pid}.*PERFSUITE_LOCK_WAIT_S"):
+        lock.acquire(wait_s=0.6)
+    assert lock._fd is None and sorted(p.name for p in (tmp_path / "lock").iterdir()) == [
+        f"holder-{other.pid}.json", "suite.lock"]
+
+
+@pytest.mark.parametrize(("raw", "wait"), [("", pf.LOCK_WAIT_S), ("0", 0.0), (" 600 ", 600.0), ("abc", None),
+                                          ("-1", None), ("nan", None)])
+def test_lock_wait_from_the_environment(raw, wait):
+    if wait is None:
+        with pytest.raises(pf.PreflightError, match=r"PERFSUITE_LOCK_WAIT_S=.* is not a number of seconds >= 0"):
+            pf.lock_wait_s({"PERFSUITE_LOCK_WAIT_S": raw})
+    else:
+        assert pf.lock_wait_s({"PERFSUITE_LOCK_WAIT_S": raw}) == wait
 
 
 @linux_only

@@ -211,14 +211,18 @@ def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, A
 
     try:  # the workers materialise models there: a bad cache is one line now, not a traceback in a worker
         precheck.check_locations([(*precheck.cache_location(session.settings.config.cache_dir), "folder")])
-        check_machine(session, say)
-        say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
-            + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
-        # a recording run already holds the suite lock exclusively
-        shared = preflight.SuiteLock(exclusive=False).acquire() if session.lock is None else None
+        # one run measures at a time (a recording run already holds the lock): wait for another, then check the load
+        shared = (preflight.SuiteLock(exclusive=False, measuring=not once).acquire(
+            wait_s=preflight.lock_wait_s(), say=say) if session.lock is None else None)
     except preflight.PreflightError as exc:
         raise Refused(str(exc)) from None
     try:
+        try:
+            check_machine(session, say)
+        except preflight.PreflightError as exc:
+            raise Refused(str(exc)) from None
+        say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
+            + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
         if plan.cells and not once:
             session.peaks = planning.measure_peaks(session, plan) if session.settings.config.roofline else None
         results = planning.measure_plan(session, plan, once=once, cprofile=cprofile, progress=progress)
