@@ -168,7 +168,11 @@ def measure_lockstep(pools: dict[str, Any], cell: dict[str, Any], plans: dict[st
                      metrics: Sequence[str], rng: random.Random) -> tuple[list[str], dict[str, Any], list[str]]:
     """One lockstep pair of ``cell`` (scheduler.measure_pair): (start order, results, round orders)."""
     jobs = {s: _job(cell, plans[s], n, s, metrics) for s in ("a", "b")}
-    pr = scheduler.measure_pair(pools, jobs, rng)
+    try:
+        pr = scheduler.measure_pair(pools, jobs, rng)
+    except lockstep.LockstepError as exc:  # a side never ready (a hung load) or no longer taking turns: one line
+        raise UsageError(f"pair {n}, {cell['id']}: the lockstep pair failed: {exc}; run the A/B with --pairs "
+                         "sequential to see that side's own error") from None
     got = {s: _checked(pr.results[s], s, n, cell["id"]) for s in ("a", "b")}
     return [pr.first, "b" if pr.first == "a" else "a"], got, pr.rounds
 

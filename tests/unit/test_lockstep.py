@@ -140,6 +140,25 @@ def test_which_trees_can_take_turns() -> None:
     assert abloop.pairing("sequential", {"a": {"lockstep": 1}, "b": {"lockstep": 1}})[0] is False
 
 
+def test_a_lockstep_failure_is_one_usage_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A side that never gets ready (wait_ready's timeout) or stops taking turns ends `perfsuite ab` and the
+    confirmation with one line naming the pair and the way to see that side's error, not a traceback."""
+    from perfsuite.facts.errors import UsageError
+    from perfsuite.measure import scheduler
+    from perfsuite.orchestrate import abloop
+
+    def hung(pools: object, jobs: object, rng: object) -> None:
+        raise lockstep.LockstepError("side(s) b not ready after 1800 s")
+
+    monkeypatch.setattr(scheduler, "measure_pair", hung)
+    cell = {"id": "torch-tiny", "backend": "torch", "model": "tiny-llama", "dtype": "float32",
+            "scenario": {"name": "short", "batch_size": 1, "prompt_tokens": 64, "new_tokens": 32}}
+    plans = {s: {"generations": 2, "warmup_generations": 1} for s in ("a", "b")}
+    with pytest.raises(UsageError, match=r"pair 3, torch-tiny: the lockstep pair failed: side\(s\) b not ready "
+                                         r"after 1800 s; run the A/B with --pairs sequential"):
+        abloop.measure_lockstep({}, cell, plans, 3, ["tpot"], random.Random(1))
+
+
 @pytest.mark.slow  # two zygotes importing torch and a pair of real workers (~10 s on 2 cores): end to end
 def test_a_real_pair_takes_turns_and_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
