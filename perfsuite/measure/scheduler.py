@@ -45,6 +45,19 @@ def mode_for(backend: str, workers: int) -> str:
     return "inprocess" if workers == 0 else ("spawn" if backend.startswith("vllm") else "fork")
 
 
+def freezes(backend: str) -> bool:
+    """Whether a lockstep pair of this backend stops its waiting side (perfsuite.measure.lockstep, "Freezing"): vLLM,
+    whose idle engine polls busily; a torch or ONNX Runtime worker waiting for its turn is blocked, not busy."""
+    return backend.startswith("vllm")
+
+
+def few_pairs(backend: str) -> bool:
+    """Whether an A/B pair of this backend is an engine start per side (vLLM's engine: ~32 s a lockstep pair on 2
+    cores, benchmarks/data/vllm-lockstep-20261206/), so that its A/B decides on a few pairs
+    (perfsuite.verdict.sequential, "Few pairs"). A serving cell's pair is a server start per side, in sequence."""
+    return backend.startswith("vllm") and backend != "vllm-serve"
+
+
 def measure(workers: Any, job: Job, mode: str | None = None) -> ProcessResult:
     """One job in one fresh worker process of ``workers``' tree (a :class:`perfsuite.measure.worker.pool.Pool`)."""
     from perfsuite.measure.worker import child
@@ -93,12 +106,13 @@ def measure_pair(pools: dict[str, Any], jobs: dict[str, Job], rng: random.Random
     order a coin flip, so drift over seconds lands on both. (Sequential pairs are two :func:`measure` calls.)"""
     order = list(jobs)
     rng.shuffle(order)
-    with Conductor(order) as cond:
+    with Conductor(order, freeze=any(freezes(j.cell.backend) for j in jobs.values())) as cond:
         running: dict[str, Any] = {}
         try:
             for s in order:
                 fork = mode_for(jobs[s].cell.backend, 1) == "fork"
                 running[s] = pools[s].start({**jobs[s].wire(), "lockstep": cond.address(s)}, fork=fork)
+                cond.track(s, running[s].pid)
             ready = cond.wait_ready(lambda s: running[s].ended())
             orders: list[str] = []
             if len(ready) == len(order):  # else a side ended before its first generation: its result says why

@@ -74,7 +74,8 @@ def members(cells: Sequence[dict[str, Any]], config: Any, alpha: float,
                     found.append((c, m, pol, lat))
     per = alpha / max(len(found), 1)
     return [Member(c["id"], m, pol.metric, lat.group(1), f"{lat.group(2)}_ms", sign(pol), per,
-                   sequential.ConfidenceSequence(per), threshold=pol.threshold, test=test_name(c, m))
+                   sequential.ConfidenceSequence(per, looks=sequential.FEW_LOOKS if scheduler.few_pairs(
+                       str(c.get("backend", ""))) else ()), threshold=pol.threshold, test=test_name(c, m))
             for c, m, pol, lat in found]
 
 
@@ -270,15 +271,17 @@ def progress_line(n: int, elapsed: float, budget: float, mems: list[Member]) -> 
 
 def row(m: Member, tau: float, eps: float, pair_s: float, power: float) -> dict[str, Any]:
     """The verdict row of one member; an undecided one gets the MDE reached and the pairs that would settle it."""
-    lo, hi = m.cs.interval()
+    lo, hi = m.early[:2] if m.early is not None else m.cs.interval()  # ended at a look: that look's interval
     kind = "inconclusive" if m.kind == "open" else m.kind
     change = math.expm1(m.sign * m.cs.estimate()) if m.cs.n else None
     row: dict[str, Any] = {"cell": m.cell_id, "test": m.test or f"test_{m.test_metric}[{m.cell_id}]",
                            "metric": m.metric, "verdict": kind, "kind": kind, "change": change,
                            "ratio": None if change is None else 1 + change,
-                           "ci_low": math.expm1(lo), "ci_high": math.expm1(hi), "pairs": m.cs.n, "alpha": m.alpha,
+                           "ci_low": math.expm1(lo), "ci_high": math.expm1(hi),
+                           "pairs": m.early[2] if m.early is not None else m.cs.n, "alpha": m.alpha,
                            "note": m.note, "a_values": m.a_values, "b_values": m.b_values,
-                           "interval": "sequence+signed-rank" if m.cs.closed else "sequence"}
+                           "interval": "sequence+t-looks" if m.cs.looks else
+                           "sequence+signed-rank" if m.cs.closed else "sequence"}
     if kind == "inconclusive":
         mde = sequential.mde_reached(m.cs, power)
         more = sequential.pairs_to_settle(m.cs, tau, eps)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.facts.vocabulary import pct as _pct
-from perfsuite.verdict.sequential import GRID_HALF_WIDTH, signed_rank_interval
+from perfsuite.verdict.sequential import FEW_LOOKS, GRID_HALF_WIDTH, signed_rank_interval, t_interval
 
 KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
 # A suspected screen is confirmed by default only if this many A/B pairs of its cell fit the default confirmation's
@@ -21,17 +21,18 @@ KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
 MIN_PAIRS = 10
 
 
-def suspected(v: Any, pair_s: float | None, budget_s: float) -> tuple[bool, str]:
+def suspected(v: Any, pair_s: float | None, budget_s: float, min_pairs: int = MIN_PAIRS) -> tuple[bool, str]:
     """Whether an inconclusive screen ``v`` (a perfsuite.verdict.decide.Verdict) is A/B-confirmed by default, and why:
-    its interval cannot rule out a slowdown beyond its threshold, and ``MIN_PAIRS`` A/B pairs of its cell (each
-    ``pair_s`` seconds, from this session's own processes) fit the ``budget_s`` of a default confirmation."""
+    its interval cannot rule out a slowdown beyond its threshold, and ``min_pairs`` A/B pairs of its cell (each
+    ``pair_s`` seconds, from this session's own processes) fit the ``budget_s`` of a default confirmation (a cell
+    whose A/B decides on few pairs, vLLM's: the last of FEW_LOOKS)."""
     if v.ratio is None or v.ci_low is None or v.ci_high is None:
         return False, "the screen has no interval"
     worst = v.ci_high - 1 if v.direction != "higher_is_better" else 1 / v.ci_low - 1
     if worst <= v.threshold:
         return False, f"its interval rules out a slowdown beyond {_pct(v.threshold)}"
-    if pair_s is not None and MIN_PAIRS * pair_s > budget_s:
-        return False, (f"one A/B pair of its cell costs ~{pair_s:.0f} s, so {MIN_PAIRS} pairs overrun the "
+    if pair_s is not None and min_pairs * pair_s > budget_s:
+        return False, (f"one A/B pair of its cell costs ~{pair_s:.0f} s, so {min_pairs} pairs overrun the "
                        f"{budget_s:.0f} s of a default confirmation; --perf-confirm-inconclusive confirms it anyway")
     return True, f"its interval reaches {_pct(worst)}, beyond the {_pct(v.threshold)} threshold"
 
@@ -49,19 +50,42 @@ REFUTE_LOOKS = (12, 20)
 REFUTE_ALPHA = 0.05
 
 
-def first_stage(d: Sequence[float], tau: float, looks: Sequence[int] = REFUTE_LOOKS,
-                alpha: float = REFUTE_ALPHA) -> tuple[float, float] | None:
+def first_stage(d: Sequence[float], tau: float, few: bool = False, alpha: float = REFUTE_ALPHA
+                ) -> tuple[float, float] | None:
     """``d``: a suspected metric's log(B/A) per pair (> 0 slower), ``tau``: its log threshold. At a look (``len(d)``
-    in ``looks``), the interval whose upper end is the one-sided (1 - alpha / len(looks)) signed-rank bound, when
-    that end is below ``tau`` (the metric is refuted); otherwise None."""
+    in REFUTE_LOOKS; ``few``, a cell whose A/B decides on few pairs: in FEW_LOOKS), the interval whose upper end is
+    the one-sided (1 - alpha / the number of looks) signed-rank bound (``few``: Student-t bound), when that end is
+    below ``tau`` (the metric is refuted); otherwise None."""
+    looks = FEW_LOOKS if few else REFUTE_LOOKS
     if len(d) not in looks:
         return None
-    got = signed_rank_interval(d, 2 * alpha / len(looks))
+    got = (t_interval if few else signed_rank_interval)(d, 2 * alpha / len(looks))
     return got if got is not None and got[1] < tau else None
 
 
-FIRST_STAGE = (f"first stage: the one-sided {100 * (1 - REFUTE_ALPHA / len(REFUTE_LOOKS)):.1f} % signed-rank bound "
-               "is below the threshold")
+def stage_text(few: bool = False) -> str:
+    """What a first-stage refutation's line says."""
+    looks, test = (FEW_LOOKS, "Student-t") if few else (REFUTE_LOOKS, "signed-rank")
+    return f"first stage: the one-sided {100 * (1 - REFUTE_ALPHA / len(looks)):.1f} % {test} bound is below the threshold"
+
+
+FIRST_STAGE = stage_text()
+
+
+def equivalent(d: Sequence[float], eps: float, alpha: float = REFUTE_ALPHA) -> tuple[float, float] | None:
+    """``perfsuite ab`` on a cell whose A/B decides on few pairs: at a look (``len(d)`` in FEW_LOOKS), Schuirmann's
+    two one-sided tests, each at ``alpha / len(FEW_LOOKS)``: the two-sided t interval at twice that inside
+    ``(-eps, eps)`` (log scale) makes the metric unchanged. Like the first stage it only ever ends an A/B as
+    unchanged: a change exactly at the margin passes as unchanged with probability <= ``alpha``; the false-alarm rate
+    (regression on unchanged code) is the sequence's and the looks' at the gate's alpha."""
+    if len(d) not in FEW_LOOKS:
+        return None
+    got = t_interval(d, 2 * alpha / len(FEW_LOOKS))
+    return got if got is not None and -eps < got[0] and got[1] < eps else None
+
+
+EQUIVALENT = (f"equivalence at a look: the two one-sided {100 * (1 - REFUTE_ALPHA / len(FEW_LOOKS)):.1f} % "
+              "Student-t bounds are inside the margin")
 
 
 def classify(low: float, high: float, estimate: float, tau: float, n: int, min_pairs: int = 2) -> str:
@@ -75,14 +99,14 @@ def classify(low: float, high: float, estimate: float, tau: float, n: int, min_p
     return "open"
 
 
-def settle(low: float, high: float, estimate: float, tau: float, d: Sequence[float], suspected: bool
-           ) -> tuple[str, tuple[float, float] | None]:
+def settle(low: float, high: float, estimate: float, tau: float, d: Sequence[float], suspected: bool,
+           few: bool = False) -> tuple[str, tuple[float, float] | None]:
     """One metric of the confirmation after a pair: :func:`classify` on its confidence sequence (``low``, ``high``,
     ``estimate``: log scale; ``d``: its log-ratios so far) and, for a ``suspected`` screen still open, the first
     stage. (kind, the first stage's interval when it refuted)."""
     kind = classify(low, high, estimate, tau, len(d))
     if kind == "open" and suspected:
-        early = first_stage(d, tau)
+        early = first_stage(d, tau, few)
         if early is not None:
             return "refuted", early
     return kind, None

@@ -12,6 +12,14 @@ Ramdas 2023, JRSS-B; the sign-flip test of Fisher/Pratt made sequential).
 The sequence runs at ``(1 - FINAL_SHARE) * alpha``; a stop blind to the values (budget, pair cap) closes it and
 intersects its interval with Wilcoxon's signed-rank interval at ``FINAL_SHARE * alpha`` (docs/gate.md, "The budget's
 end spends the other half of alpha").
+
+Few pairs (``looks``, for cells whose pair is an engine start per side: vLLM, ~32 s a pair on 2 cores): neither the
+sequence (a pair grows the wealth at most 1.5x: ~16 pairs before any shift is rejected at these alphas) nor the
+signed-rank test (n pairs give p >= 2^-n: 10 pairs at least) decides in the 5 pairs a 3-minute A/B holds. Such a
+sequence spends ``FINAL_SHARE * alpha`` on Student-t intervals at fixed pair counts instead (Bonferroni over the
+looks), each kept once taken; the signed-rank test is then not used. The t interval assumes pair values near normal:
+each is a median over the process's generations, and the coin-flip order makes them symmetric about the shift
+(above); a lone wild pair widens it (the SD grows with it) rather than moving it past zero.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import norm
+from scipy.stats import t as student_t
 
 GRID_HALF_WIDTH = 0.7  # log-ratio: shifts of 0.5x to 2x are representable
 GRID_STEP = 0.0005  # 0.05 % resolution
@@ -31,6 +40,7 @@ SCALE_FLOOR = 0.005  # never bet on a scale finer than 0.5 %
 SCALE_PRIOR = 0.05  # scale before 3 pairs are in: 5 %, this VM's between-process spread order of magnitude
 FINAL_SHARE = 0.5  # of alpha: the fixed-n signed-rank test at a budget stop; the rest is the sequence's
 EXACT_MAX_N = 200  # the signed-rank statistic's exact null distribution up to this many pairs, normal beyond
+FEW_LOOKS = (4, 5)  # the pair counts at which a few-pairs sequence takes its t intervals (module doc)
 
 
 def hodges_lehmann(d: Sequence[float], max_pairs: int = 60_000) -> float:
@@ -85,6 +95,23 @@ def signed_rank_interval(d: Sequence[float], alpha: float) -> tuple[float, float
     return float(walsh[c - 1]), float(walsh[walsh.size - c])
 
 
+def t_interval(d: Sequence[float], alpha: float) -> tuple[float, float] | None:
+    """Two-sided (1 - alpha) Student-t interval for the mean of ``d``; None below 2 values."""
+    x = np.asarray(d, dtype=float)
+    if x.size < 2:
+        return None
+    half = float(student_t.ppf(1 - alpha / 2, x.size - 1)) * float(np.std(x, ddof=1)) / math.sqrt(x.size)
+    centre = float(np.mean(x))
+    return centre - half, centre + half
+
+
+def _meet(a: tuple[float, float], b: tuple[float, float] | None) -> tuple[float, float]:
+    """``a`` narrowed by ``b`` where they overlap (two valid intervals at split alphas); ``a`` when they do not."""
+    if b is None or max(a[0], b[0]) > min(a[1], b[1]):
+        return a
+    return max(a[0], b[0]), min(a[1], b[1])
+
+
 @dataclass
 class ConfidenceSequence:
     """Always-valid (1 - alpha) confidence sequence for the centre of symmetry of a stream of log-ratios; closed at
@@ -92,6 +119,8 @@ class ConfidenceSequence:
 
     alpha: float
     final_share: float = FINAL_SHARE
+    looks: tuple[int, ...] = ()  # few pairs: t intervals at these pair counts (module doc), instead of signed-rank
+    look: tuple[float, float] | None = None  # the looks' interval so far
     grid: np.ndarray = field(default_factory=lambda: np.arange(-GRID_HALF_WIDTH, GRID_HALF_WIDTH + GRID_STEP / 2,
                                                                  GRID_STEP))
     data: list[float] = field(default_factory=list)
@@ -128,6 +157,9 @@ class ConfidenceSequence:
         self._s1 += g
         self._s2 += g * g
         self.data.append(float(d))
+        if self.n in self.looks:
+            got = t_interval(self.data, self.alpha * self.final_share / len(self.looks))
+            self.look = got if self.look is None or got is None else _meet(self.look, got)
 
     @property
     def n(self) -> int:
@@ -136,18 +168,18 @@ class ConfidenceSequence:
     def interval(self) -> tuple[float, float]:
         """Shifts not rejected so far (hull; before any data the whole grid; every shift rejected, data outside the
         grid: the nearest edge). Closed: intersected with the signed-rank interval (if the two do not overlap, the
-        sequence's alone, which keeps its own share)."""
+        sequence's alone, which keeps its own share); with ``looks``, with the looks' t interval instead, open or
+        closed."""
         ok = np.flatnonzero(self.max_log_wealth < self._threshold)
         if ok.size:
             lo, hi = float(self.grid[ok[0]]), float(self.grid[ok[-1]])
         else:
             lo = hi = float(self.grid[-1] if np.mean(self.data) > 0 else self.grid[0])
+        if self.looks:
+            return _meet((lo, hi), self.look)
         if not self.closed or self.final_share == 0:
             return lo, hi
-        fixed = signed_rank_interval(self.data, self.alpha * self.final_share)
-        if fixed is None or max(lo, fixed[0]) > min(hi, fixed[1]):
-            return lo, hi
-        return max(lo, fixed[0]), min(hi, fixed[1])
+        return _meet((lo, hi), signed_rank_interval(self.data, self.alpha * self.final_share))
 
     def estimate(self) -> float:
         return hodges_lehmann(self.data)

@@ -207,3 +207,39 @@ def test_a_finding_refuted_by_the_first_stage_keeps_its_interval_and_pairs() -> 
     assert f.ci_low == pytest.approx(math.expm1(-0.004)) and f.ci_high == pytest.approx(math.expm1(0.006))
     m.early = None
     assert finding(Target("n", "c", "tpot", "median_tpot_ms", "inconclusive", 2.0, 2.0), m, "a", 30.0, 0.8).pairs == 20
+
+
+def test_few_pairs_first_stage_and_equivalence_look_at_their_pair_counts_only() -> None:
+    """A vLLM cell (FEW_LOOKS, Student-t): pairs of SD 1.5 % (the measured vLLM lockstep TPOT pair spread,
+    benchmarks/data/vllm-lockstep-20261206/) around 0 are refuted against +3 % at pair 4 or 5, never at other counts;
+    a real +5 % is not; ``equivalent`` asks the interval to sit inside the margin."""
+    from perfsuite.verdict.sequential import FEW_LOOKS
+
+    rng = np.random.default_rng(11)
+    flat = [0.004, -0.006, 0.002, -0.001, 0.003, 0.0]
+    assert FEW_LOOKS == (4, 5)
+    assert decision.first_stage(flat[:4], TAU, few=True) is not None
+    assert decision.first_stage(flat[:3], TAU, few=True) is None and decision.first_stage(flat[:6], TAU, few=True) is None
+    assert decision.first_stage([x + 0.05 for x in flat[:5]], TAU, few=True) is None
+    assert decision.first_stage(flat[:4], TAU) is None  # the signed-rank looks are at 12 and 20
+    lo, hi = decision.equivalent(flat[:5], math.log1p(0.02)) or (1.0, 1.0)
+    assert -0.02 < lo < 0 < hi < 0.02
+    assert decision.equivalent(flat[:5], math.log1p(0.002)) is None
+    assert decision.equivalent([x + 0.015 for x in flat[:5]], math.log1p(0.02)) is None
+    assert "Student-t" in decision.stage_text(True) and "signed-rank" in decision.FIRST_STAGE
+    refuted = sum(any(decision.first_stage(list(d[:n]), TAU, few=True) is not None for n in FEW_LOOKS)
+                  for d in (rng.normal(0, 0.015, 5) for _ in range(400)))
+    assert refuted > 300  # seeded: most unchanged trees end at a look
+
+
+def test_few_pairs_first_stage_refutes_a_change_at_the_threshold_at_most_alpha() -> None:
+    """The price of refuting on few pairs, as for the signed-rank looks: at exactly the threshold, refuted with
+    probability <= REFUTE_ALPHA (Bonferroni over the two looks; normal pairs, 4,000 seeded trials)."""
+    from perfsuite.verdict.sequential import FEW_LOOKS
+
+    rng = np.random.default_rng(5)
+    trials = 4000
+    hits = sum(any(decision.first_stage(list(d[:n]), TAU, few=True) is not None for n in FEW_LOOKS)
+               for d in (TAU + rng.normal(0, 0.015, 5) for _ in range(trials)))
+    rate = hits / trials
+    assert rate <= decision.REFUTE_ALPHA + 3 * math.sqrt(decision.REFUTE_ALPHA * (1 - decision.REFUTE_ALPHA) / trials)

@@ -86,6 +86,13 @@ def test_the_default_confirms_what_the_screen_cannot_rule_out_when_its_pairs_are
     assert suspected(faster, pair_s=3.0, budget_s=120.0)[0]
     assert suspected(Verdict(NODE, "m", "inconclusive", None, None, None, None, 0.03, "lower_is_better", 0.01, None,
                              "missing", 0, 1), 3.0, 120.0) == (False, "the screen has no interval")
+    # a vLLM cell's A/B decides on few pairs (its last look): a 33 s pair fits 300 s five times, not ten
+    from perfsuite.measure.scheduler import few_pairs
+    from perfsuite.verdict.sequential import FEW_LOOKS
+
+    assert few_pairs("vllm") and few_pairs("vllm-llm") and not few_pairs("vllm-serve") and not few_pairs("torch")
+    assert suspected(wide, pair_s=33.0, budget_s=300.0, min_pairs=FEW_LOOKS[-1])[0]
+    assert not suspected(wide, pair_s=33.0, budget_s=300.0)[0]
 
 
 def test_other_library_versions_are_named_in_the_verdicts_and_a_confirmed_regression_says_both_changed() -> None:

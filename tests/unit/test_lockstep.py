@@ -182,3 +182,55 @@ def test_a_real_pair_takes_turns_and_leaves_nothing_behind(tmp_path: Path, monke
             p.close()
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not list(tmp_path.glob("psl-*")) and not list(tmp_path.glob("perfsuite-workers-*"))
+
+
+_SIDE = r"""
+import os, subprocess, sys, time
+from pathlib import Path
+from perfsuite.measure.lockstep import Gate
+address, others, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # an engine's worker: same group
+gate = Gate.connect(address)
+seen = []
+for _ in range(3):
+    gate.turn()
+    pids = [int(p) for p in others.read_text().split()]  # the other side's worker and its child
+    seen.append(" ".join(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] for p in pids))
+gate.turn()
+out.write_text(f"{os.getpid()} {child.pid}\n" + "\n".join(seen))
+child.kill()
+child.wait()
+"""
+
+
+def test_a_frozen_pair_stops_the_waiting_side_and_its_children(tmp_path: Path) -> None:
+    """vLLM pairs (scheduler.freezes): while one side runs a generation, the other side's whole process group is
+    stopped (state T), its engine's processes included; after the release nothing stays stopped."""
+    import subprocess
+    import sys
+
+    from perfsuite.measure import scheduler
+
+    assert scheduler.freezes("vllm") and scheduler.freezes("vllm-llm") and not scheduler.freezes("torch")
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    with lockstep.Conductor(["a", "b"], freeze=True) as cond:
+        for s, o in (("a", "b"), ("b", "a")):
+            procs[s] = subprocess.Popen([sys.executable, "-c", _SIDE, cond.address(s), str(tmp_path / f"{o}.pids"),
+                                         str(tmp_path / f"{s}.out")], start_new_session=True)
+            cond.track(s, procs[s].pid)
+        assert cond.wait_ready(lambda s: procs[s].poll() is not None, timeout_s=60) == ["a", "b"]
+        for s in ("a", "b"):  # both loaded and waiting: both frozen
+            assert psutil_status(procs[s].pid) == "T"
+            kids = [c.pid for c in __import__("psutil").Process(procs[s].pid).children()]
+            (tmp_path / f"{s}.pids").write_text(" ".join(map(str, [procs[s].pid, *kids])))
+        cond.run_rounds({"a": 3, "b": 3}, random.Random(3))
+        cond.release()
+        for p in procs.values():
+            assert p.wait(timeout=60) == 0
+    for s in ("a", "b"):
+        lines = (tmp_path / f"{s}.out").read_text().splitlines()
+        assert [line.split() for line in lines[1:]] == [["T", "T"]] * 3  # the other side and its child, each turn
+
+
+def psutil_status(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -108,6 +108,7 @@ def main(args: argparse.Namespace) -> int:
     from perfsuite.machine import cotenant, precheck
     from perfsuite.measure.worker import pool
     from perfsuite.orchestrate import abloop, twotree
+    from perfsuite.verdict import confirm_decision as decision
     from perfsuite.verdict import sequential
     from perfsuite.verdict.policy import PolicyError, load_config
 
@@ -160,7 +161,12 @@ def main(args: argparse.Namespace) -> int:
         "PYTHONHASHSEED is set by the caller; left as given")
 
     def decide(m: abloop.Member) -> tuple[str, str]:
+        if m.early is not None:  # unchanged at a few-pairs look: it stays so
+            return "unchanged", decision.EQUIVALENT
         d = sequential.decide(m.cs, tau, eps)
+        if d.kind == "open" and m.cs.looks and (eq := decision.equivalent(m.cs.data, eps)) is not None:
+            m.early = (*eq, m.cs.n)
+            return "unchanged", decision.EQUIVALENT
         return d.kind, d.note
 
     def stop(ms: list[abloop.Member]) -> str | None:
@@ -185,7 +191,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"{n_pairs} pair(s) per cell in {elapsed:.0f} s (stopped: {stop_reason}); A/B order randomized in every "
           f"pair; always-valid {1 - config.alpha:.0%} family-wise confidence sequences"
           + ("; stopped blind to the values, so intersected with Wilcoxon signed-rank intervals (half of alpha each)"
-             if stop_reason in abloop.VALUE_BLIND_STOPS else "")
+             if stop_reason in abloop.VALUE_BLIND_STOPS and not all(m.cs.looks for m in members) else "")
+          + (f"; engine-start pairs (vLLM): half of alpha on Student-t intervals at "
+             f"{' and '.join(map(str, sequential.FEW_LOOKS))} pairs" if any(m.cs.looks for m in members) else "")
           + (f"; workers in {out_dir}" if out_dir else ""))
     operators = {}
     if stop_reason != "interrupted" and args.operators > 0:  # a regressed cell's operator diff (profile pairs after the decision, not timed)

@@ -22,13 +22,16 @@ from perfsuite.facts.cells import cell_of
 from perfsuite.facts.errors import UsageError
 from perfsuite.facts.metrics import aggregates
 from perfsuite.facts.vocabulary import pct as _pct
+from perfsuite.measure import scheduler
 from perfsuite.orchestrate.confirm import machine
 from perfsuite.orchestrate.confirm.worktree import CannotConfirm, check_commit, temporary_worktree, toplevel
 from perfsuite.orchestrate.plan import METRIC_OF_TEST, pooled_samples, process_entry
 from perfsuite.verdict import confirm_decision as decision
 from perfsuite.verdict import outcome, sequential
 from perfsuite.verdict.confirm_config import ConfirmConfig
+from perfsuite.verdict.confirm_decision import MIN_PAIRS
 from perfsuite.verdict.policy import _LAT
+from perfsuite.verdict.sequential import FEW_LOOKS
 from perfsuite.verdict.values import short_name, trimmed_log_mean
 
 if TYPE_CHECKING:
@@ -140,8 +143,8 @@ class Confirmation:
                             f"{len(targets) - n_reg} suspected: an inconclusive screen whose interval reaches beyond "
                             f"its threshold) in {time.monotonic() - t0:.0f} s"
                             + (f"; {early} refuted by the first stage (a look at "
-                                 f"{' or '.join(map(str, decision.REFUTE_LOOKS))} pairs)" if early
-                               else ""))
+                                 f"{' or '.join(map(str, decision.REFUTE_LOOKS))} pairs; vLLM cells: "
+                                 f"{' or '.join(map(str, FEW_LOOKS))})" if early else ""))
         if self.threads is not None and self.threads.threads is not None:
             self.summary.append("confirm " + self.threads.line)
         for (nodeid, metric), f in found.items():
@@ -207,14 +210,15 @@ class Confirmation:
             suspects = {(t.cell_id, t.test_metric, t.metric) for t in targets if t.screen == "inconclusive"}
 
             def decide(m: abloop.Member) -> tuple[str, str]:
+                few = bool(m.cs.looks)  # a vLLM cell: its A/B decides on few pairs
                 if m.early is not None:  # refuted by the first stage: it stays so
-                    return "refuted", decision.FIRST_STAGE
+                    return "refuted", decision.stage_text(few)
                 lo, hi = m.cs.interval()
                 kind, early = decision.settle(lo, hi, m.cs.estimate(), math.log1p(m.threshold or 0.0), m.cs.data,
-                                              (m.cell_id, m.test_metric, m.metric) in suspects)
+                                              (m.cell_id, m.test_metric, m.metric) in suspects, few)
                 if early is not None:
                     m.early = (*early, m.cs.n)
-                return kind, decision.FIRST_STAGE if early is not None else ""
+                return kind, decision.stage_text(few) if early is not None else ""
 
             last = [0.0]
 
@@ -280,7 +284,7 @@ def finding(t: Target, m: Any, sha: str, elapsed: float, power: float, threads: 
                             mde=math.expm1(mde) if math.isfinite(mde) else None, drift=drift, a_value=a_level,
                             baseline_value=t.baseline_value, commit=sha, elapsed_s=elapsed, threads=threads,
                             extra=extra if kind == "confirmed" else (),
-                            stage=decision.FIRST_STAGE if m.early is not None else "")
+                            stage=decision.stage_text(bool(m.cs.looks)) if m.early is not None else "")
 
 
 def broken_import(exc: SyntaxError | ImportError) -> str:
@@ -340,7 +344,8 @@ def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusi
             if v.exact or not _LAT.match(v.metric):
                 continue
             if v.kind == "inconclusive" and v.ratio is not None and inconclusive == "suspected":
-                take, why = decision.suspected(v, pair_seconds(res), suspected_budget_s)
+                take, why = decision.suspected(v, pair_seconds(res), suspected_budget_s,
+                                               FEW_LOOKS[-1] if scheduler.few_pairs(cell.backend) else MIN_PAIRS)
                 if not take:
                     left.append((item.nodeid, v.metric, why))
                     continue
