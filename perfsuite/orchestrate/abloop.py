@@ -152,9 +152,20 @@ def measure_side(pl: Any, cell: dict[str, Any], plan: dict[str, Any], n: int, s:
     return _checked(scheduler.measure(pl, _job(cell, plan, n, s, metrics)), s, n, cell["id"])
 
 
+# Timed generations per side in one pair of a cell whose A/B decides on few pairs (scheduler.few_pairs: vLLM). There
+# a pair's spread is mostly its generations': log TPOT varies 0.9-6.2 % (median ~3 %) from one generation to the next
+# inside a vLLM process (the committed baselines' per-process samples), so the 5 of the smoke profile left a pair's
+# log(B/A) at ~2 % (benchmarks/data/vllm-ab-20261206/gens5/), too wide for 4 or 5 pairs. 30 cost ~6 s more a pair
+# (a round of both sides is ~0.25 s against an engine start of ~30 s) and narrow it by about sqrt(6).
+FEW_PAIRS_GENERATIONS = 30
+
+
 def _job(cell: dict[str, Any], plan: dict[str, Any], n: int, s: str, metrics: Sequence[str]) -> Any:
-    return scheduler.Job(cell_from_dict(cell), tuple(metrics), plan["generations"], plan["warmup_generations"],
-                         index=n, label=s.upper())
+    gens = plan["generations"]
+    if scheduler.few_pairs(str(cell.get("backend", ""))):
+        gens = max(gens, FEW_PAIRS_GENERATIONS)
+    return scheduler.Job(cell_from_dict(cell), tuple(metrics), gens, plan["warmup_generations"], index=n,
+                         label=s.upper())
 
 
 def _checked(pr: Any, s: str, n: int, cell_id: str) -> Any:

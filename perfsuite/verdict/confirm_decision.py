@@ -16,8 +16,8 @@ from perfsuite.verdict.sequential import FEW_LOOKS, GRID_HALF_WIDTH, signed_rank
 KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
 # A suspected screen is confirmed by default only if this many A/B pairs of its cell fit the default confirmation's
 # budget: fewer pairs than this never decided a change under 10 % in campaigns 9 and 10 (docs/gate-evaluation.md; the
-# torch cell's default confirmations there took 33-73 pairs at ~2 s a pair), while a vLLM pair (~50 s: an engine
-# start per side, issue 40) would spend a 2-min budget on 2 pairs and decide nothing.
+# torch cell's default confirmations there took 33-73 pairs at ~2 s a pair). A cell whose A/B decides on few pairs
+# (vLLM: an engine start per side, 31-34 s a pair; perfsuite.verdict.sequential, "Few pairs") needs FEW_LOOKS[-1].
 MIN_PAIRS = 10
 
 
@@ -61,6 +61,13 @@ def first_stage(d: Sequence[float], tau: float, few: bool = False, alpha: float 
         return None
     got = (t_interval if few else signed_rank_interval)(d, 2 * alpha / len(looks))
     return got if got is not None and got[1] < tau else None
+
+
+def first_stage_applies(screen: str, machine_note: str | None) -> bool:
+    """Whether a confirmed metric gets the first stage: a suspected (inconclusive) screen; a screened regression too
+    when this machine is not the baselines' one (``machine_note``, perfsuite.orchestrate.confirm.machine), since the
+    screen then compares two machines and says no more about the code than a suspicion."""
+    return screen == "inconclusive" or (screen == "regression" and bool(machine_note))
 
 
 def stage_text(few: bool = False) -> str:

@@ -243,3 +243,11 @@ def test_few_pairs_first_stage_refutes_a_change_at_the_threshold_at_most_alpha()
                for d in (TAU + rng.normal(0, 0.015, 5) for _ in range(trials)))
     rate = hits / trials
     assert rate <= decision.REFUTE_ALPHA + 3 * math.sqrt(decision.REFUTE_ALPHA * (1 - decision.REFUTE_ALPHA) / trials)
+
+
+def test_the_first_stage_applies_to_suspicions_and_to_regressions_screened_across_machines() -> None:
+    note = "this machine differs from the baselines' machine in what decides speed: clock 2.6 GHz vs 2.1 GHz"
+    assert decision.first_stage_applies("inconclusive", None)
+    assert not decision.first_stage_applies("regression", None)  # the screen measured the code on its own machine
+    assert decision.first_stage_applies("regression", note)  # the screen compared two machines
+    assert decision.first_stage_applies("inconclusive", note)

@@ -192,7 +192,8 @@ def main(args: argparse.Namespace) -> int:
           f"pair; always-valid {1 - config.alpha:.0%} family-wise confidence sequences"
           + ("; stopped blind to the values, so intersected with Wilcoxon signed-rank intervals (half of alpha each)"
              if stop_reason in abloop.VALUE_BLIND_STOPS and not all(m.cs.looks for m in members) else "")
-          + (f"; engine-start pairs (vLLM): half of alpha on Student-t intervals at "
+          + (f"; engine-start pairs (vLLM): {abloop.FEW_PAIRS_GENERATIONS} timed generations a side, half of "
+             f"alpha on Student-t intervals at "
              f"{' and '.join(map(str, sequential.FEW_LOOKS))} pairs" if any(m.cs.looks for m in members) else "")
           + (f"; workers in {out_dir}" if out_dir else ""))
     operators = {}

@@ -207,7 +207,8 @@ class Confirmation:
             mems = abloop.members(plans["b"]["cells"], gate.config, gate.config.alpha,
                                   select=lambda cid, m, metric: (cid, m, metric) in wanted)
 
-            suspects = {(t.cell_id, t.test_metric, t.metric) for t in targets if t.screen == "inconclusive"}
+            suspects = {(t.cell_id, t.test_metric, t.metric) for t in targets
+                        if decision.first_stage_applies(t.screen, self.machine_note)}
 
             def decide(m: abloop.Member) -> tuple[str, str]:
                 few = bool(m.cs.looks)  # a vLLM cell: its A/B decides on few pairs
