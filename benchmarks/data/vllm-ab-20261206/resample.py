@@ -19,7 +19,7 @@ from perfsuite.verdict import confirm_decision as decision
 from perfsuite.verdict import sequential as seq
 
 HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "gens30"
-FILES = sorted(HERE.glob("aa-*.json")) + sorted((HERE.parent / "vllm-lockstep-20261206").glob("aa-frozen*.json"))
+FILES = sorted(HERE.glob("aa-*.json"))
 METRICS = {"ttft:median_ttft_ms": 0.05, "tpot:median_tpot_ms": 0.03, "e2el:median_e2el_ms": 0.03}
 ALPHA = 0.01 / 3  # the gate's alpha over the cell's three metrics
 DRAWS = 20_000
