@@ -14,9 +14,8 @@ the other's timed generation. A worker without a coordinator runs freely: this o
 Freezing (``freeze=True``, vLLM cells): the waiting side's whole process group is stopped (SIGSTOP) from the moment it
 hands its turn back until it gets the next one (SIGCONT, then ``g``). Why: after its last step a vLLM model worker
 polls its message queue busily for about a second (``busy_loop_s`` in vLLM's shm_broadcast.py), on the cores of the
-side timed next. Measured on the 2-core Xeon (benchmarks/data/vllm-lockstep-20261206/): in lockstep pairs without
-freezing the vLLM cell's TTFT read 369-396 ms and TPOT 9.4-11.3 ms; alone, and with the waiting side idle, 12-22 ms
-and 3.4-4.3 ms.
+side timed next. Measured on the 2-core Xeon (A/A pairs, benchmarks/data/vllm-lockstep-20261206/): without freezing
+the vLLM cell's TTFT read 369-396 ms in 11 of 12 processes and TPOT 9.4-11.3 ms; frozen, 7.8-12.2 ms and 3.1-3.6 ms.
 """
 
 from __future__ import annotations

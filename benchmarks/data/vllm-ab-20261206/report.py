@@ -11,8 +11,8 @@ refuted by the first stage, or open), which is a replay, not a pytest run.
 from __future__ import annotations
 
 import json
-import sys
 import math
+import sys
 from pathlib import Path
 
 from scipy.stats import beta

@@ -9,8 +9,8 @@ unchanged (ab, equivalence inside +-2 %) and refuted (confirmation's first stage
 from __future__ import annotations
 
 import json
-import sys
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +41,7 @@ def main() -> None:
             x = rng.choice(d, 5, replace=True)
             cs = seq.ConfidenceSequence(ALPHA, looks=seq.FEW_LOOKS)
             ab_done = conf_done = False
-            for n, v in enumerate(x, 1):
+            for v in x:
                 cs.update(float(v))
                 dec = seq.decide(cs, math.log1p(0.01), math.log1p(0.02))
                 if not ab_done:
