@@ -204,10 +204,8 @@ class Conductor:
         return orders
 
     def release(self) -> None:
-        """``f`` to every side still connected: each runs to its end freely (its result, its teardown). Frozen sides
-        are continued first."""
-        for s in list(self._frozen):
-            self._cont(s)
+        """``f`` to every side still connected: each runs to its end freely (its result, its teardown); a frozen side
+        is continued as it is dropped (the ``f`` waits in its socket)."""
         for s in list(self._conn):
             with contextlib.suppress(OSError):
                 self._conn[s].sendall(FREE)
