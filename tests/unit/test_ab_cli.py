@@ -161,3 +161,20 @@ def test_no_cell_selected(trees: tuple[Path, Path], capsys: pytest.CaptureFixtur
 
 def test_python_is_this_interpreter_by_default() -> None:
     assert Path(sys.executable).exists()
+
+
+def test_ab_takes_the_suite_lock_of_an_ordinary_run(trees: tuple[Path, Path], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """Two perfsuite runs at once slow each other (issue 40): ab waits for another run that measures, as a pytest
+    run does; with PERFSUITE_LOCK_WAIT_S=0 it is refused at once, in one line, before any worker starts."""
+    from perfsuite.machine.preflight import SuiteLock
+
+    a, b = trees
+    monkeypatch.setenv("PERFSUITE_LOCK_DIR", str(tmp_path / "lock"))
+    monkeypatch.setenv("PERFSUITE_LOCK_WAIT_S", "0")
+    with SuiteLock(exclusive=False, measuring=True, directory=tmp_path / "lock"):
+        assert cli(["ab", "--a", str(a), "--b", str(b), "--budget", "1m"]) == 2
+    assert "another perfsuite run is measuring on this machine" in one_line_error(capsys)
+    with SuiteLock(exclusive=True, directory=tmp_path / "lock"):  # and ab let go of it
+        pass

@@ -206,3 +206,23 @@ def test_a_step_whose_side_stops_taking_turns_is_skipped_not_a_traceback(tmp_pat
     assert said == [f"{shas[2][:12]}: skipped: side B is not taking turns"]
     listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
     assert listed.stdout.count("worktree ") == 1  # the step's worktree is gone
+
+
+def test_bisect_takes_the_suite_lock_of_an_ordinary_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Another perfsuite run measuring: bisect waits for it like a pytest run; PERFSUITE_LOCK_WAIT_S=0 refuses at
+    once, in one line, with no step run and no worktree left."""
+    from perfsuite.cli import main as cli
+    from perfsuite.machine.preflight import SuiteLock
+
+    repo, shas = _repo(tmp_path)
+    (repo / "pyproject.toml").write_text("[tool.perfsuite]\n")
+    monkeypatch.setattr(bisect.Bisection, "step", lambda *a: pytest.fail("a step ran beside another run"))
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("PERFSUITE_LOCK_DIR", str(tmp_path / "lock"))
+    monkeypatch.setenv("PERFSUITE_LOCK_WAIT_S", "0")
+    with SuiteLock(exclusive=False, measuring=True, directory=tmp_path / "lock"):
+        assert cli(["bisect", "--good", shas[0], "--bad", shas[3]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("perfsuite bisect: another perfsuite run is measuring on this machine") and "\n" not in err
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
+    assert listed.stdout.count("worktree ") == 1, listed.stdout

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,27 @@ def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -
             precheck.check_thread_env(os.environ)
     except precheck.PreflightError as exc:
         raise UsageError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def measuring(command: str) -> Iterator[None]:
+    """Held while a command measures here: the suite lock an ordinary pytest run takes, so two perfsuite runs do not
+    slow each other. Another run measuring: wait for it (``PERFSUITE_LOCK_WAIT_S``), saying so once, then a
+    UsageError line naming it."""
+    from perfsuite.facts.errors import UsageError
+    from perfsuite.machine import preflight
+
+    def say(line: str) -> None:
+        print(line.replace("perfsuite:", f"perfsuite {command}:", 1), file=sys.stderr, flush=True)
+
+    try:
+        lock = preflight.SuiteLock(exclusive=False, measuring=True).acquire(wait_s=preflight.lock_wait_s(), say=say)
+    except preflight.PreflightError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def thread_mode(text: str) -> str:

@@ -107,12 +107,8 @@ def _tree(path: str | None, side: str) -> Path:
 def main(args: argparse.Namespace) -> int:
     from perfsuite.machine import cotenant, precheck
     from perfsuite.measure.worker import pool
-    from perfsuite.orchestrate import abloop, twotree
-    from perfsuite.verdict import confirm_decision as decision
-    from perfsuite.verdict import sequential
     from perfsuite.verdict.policy import PolicyError, load_config
 
-    started = time.monotonic()  # the budget covers the whole command: load sample, probes, plans, then the pairs
     check_locations((args.out, "--out", "folder"), (args.json, "--json", "file"), cache=True)
     budget = parse_duration(args.budget)
     if args.max_pairs < 2:
@@ -133,6 +129,21 @@ def main(args: argparse.Namespace) -> int:
             precheck.check_thread_env(sides[s].environ())
         except precheck.PreflightError as exc:
             raise UsageError(f"side {s.upper()}: {exc}") from None
+    from perfsuite.adapters.cli._common import measuring
+
+    with measuring("ab"):
+        return _measure(args, sides, config, budget, threads, seed_env)
+
+
+def _measure(args: argparse.Namespace, sides: dict[str, Any], config: Any, budget: float, threads: Any,
+             seed_env: tuple[tuple[str, str], ...]) -> int:
+    """The measured part, under the suite lock: the budget covers probes, plans, then the pairs."""
+    from perfsuite.measure.worker import pool
+    from perfsuite.orchestrate import abloop, twotree
+    from perfsuite.verdict import confirm_decision as decision
+    from perfsuite.verdict import sequential
+
+    started = time.monotonic()
     plan_args = {"profile": args.profile, "backend": args.backend, "model": args.model, "device": args.device,
                  "cells": args.cells}
     try:

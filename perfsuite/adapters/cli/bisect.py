@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command, check_locations, parse_duration
+from perfsuite.adapters.cli._common import add_command, check_locations, measuring, parse_duration
 from perfsuite.facts.errors import UsageError
 from perfsuite.verdict.confirm_decision import interval_text
 
@@ -76,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
         f"commit against good, budget {budget:.0f} s (twice that on a retry); {threads.line}")
     result = bisect.Result(good, bad, commits)
     try:
-        with temporary_worktree(top, good) as wt:
+        with measuring("bisect"), temporary_worktree(top, good) as wt:  # one perfsuite run measures at a time
             good_side = pool.Side(wt / rel, args.python or sys.executable, "A", env)
             search = bisect.Bisection(top, rel, good_side, {"profile": args.profile, "backend": args.backend,
                                                             "model": args.model, "device": args.device,
