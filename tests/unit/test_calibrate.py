@@ -89,6 +89,20 @@ def test_a_thread_mode_that_is_no_count_is_refused(tmp_path: Path, monkeypatch: 
     assert rc == 2 and "'two'" in err and "a thread count such as 1" in err, err
 
 
+
+def test_calibrate_waits_for_another_measuring_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """calibrate measures, so it takes the suite lock an ordinary run takes; PERFSUITE_LOCK_WAIT_S=0 refuses at
+    once, in one line, before any worker of the measurement starts."""
+    from perfsuite.machine.preflight import SuiteLock
+
+    monkeypatch.setenv("PERFSUITE_LOCK_DIR", str(tmp_path / "lock"))
+    monkeypatch.setenv("PERFSUITE_LOCK_WAIT_S", "0")
+    with SuiteLock(exclusive=False, measuring=True, directory=tmp_path / "lock"):
+        rc, err = _calibrate_here(make_tree(tmp_path / "t"), monkeypatch, capsys, "--runs", "2")
+    assert rc == 2 and err.startswith("perfsuite calibrate: another perfsuite run is measuring on this machine"), err
+    assert "\n" not in err.strip(), err
+
 @pytest.mark.slow
 def test_calibrate_measures_lockstep_pairs_and_leaves_nothing_behind(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "t", generations=2)

@@ -59,13 +59,10 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from perfsuite.adapters.cli._common import measuring
     from perfsuite.facts.cells import cell_from_dict
-    from perfsuite.facts.vocabulary import TIMED as METRICS
-    from perfsuite.machine import cotenant
-    from perfsuite.measure import scheduler
     from perfsuite.measure.worker import pool
     from perfsuite.orchestrate import serving_calibrate as serve_calibrate
-    from perfsuite.verdict.noise import decompose, format_report
     from perfsuite.verdict.policy import PolicyError, load_config
 
     check_locations((args.json, "--json", "file"), cache=True)
@@ -90,6 +87,20 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("no cell selected; check --profile/--backend/--model/--cells (serving cells: --cells "
                          "'vllm-serve-*')")
     cells = [cell_from_dict(c) for c in plan["cells"]]
+    with measuring("calibrate"):
+        return _measure(args, config, side, plan, cells, serve_conf, serving, gap)
+
+
+def _measure(args: argparse.Namespace, config: Any, side: Any, plan: dict[str, Any], cells: list[Any],
+             serve_conf: Any, serving: Any, gap: float) -> int:
+    """The measured part, under the suite lock."""
+    from perfsuite.facts.vocabulary import TIMED as METRICS
+    from perfsuite.machine import cotenant
+    from perfsuite.measure import scheduler
+    from perfsuite.measure.worker import pool
+    from perfsuite.orchestrate import serving_calibrate as serve_calibrate
+    from perfsuite.verdict.noise import decompose, format_report
+
     workers = args.workers or 10
     serve_rep = None
     if serving:  # a replicate is a server start: --workers starts per run (default the profile's, at least 2)
