@@ -26,3 +26,6 @@ for n in 1 2 3 4 5 6 7; do
 done
 python benchmarks/bisect_eval.py report /work/geval12 > benchmarks/data/gate-eval-20261206-xeon-amx-12/bisect_report.md
 python benchmarks/gate_eval.py report /work/geval12 > benchmarks/data/gate-eval-20261206-xeon-amx-12/report.md
+# added by hand at 15:47 (the driver had stopped): one more eager-attention run quiet, one beside the co-tenant
+python benchmarks/gate_eval.py trials /work/geval12 --plan "default:eager:2" --cotenant 0.5 --seed 1401
+python benchmarks/gate_eval.py report /work/geval12 > benchmarks/data/gate-eval-20261206-xeon-amx-12/report.md
