@@ -105,6 +105,7 @@ def _tree(path: str | None, side: str) -> Path:
 
 # ---------------------------------------------------------------------------------------------------- main
 def main(args: argparse.Namespace) -> int:
+    from perfsuite.adapters.cli._common import measuring  # (here: the module line would not fit on one line)
     from perfsuite.machine import cotenant, precheck
     from perfsuite.measure.worker import pool
     from perfsuite.verdict.policy import PolicyError, load_config
@@ -129,8 +130,6 @@ def main(args: argparse.Namespace) -> int:
             precheck.check_thread_env(sides[s].environ())
         except precheck.PreflightError as exc:
             raise UsageError(f"side {s.upper()}: {exc}") from None
-    from perfsuite.adapters.cli._common import measuring
-
     with measuring("ab"):
         return _measure(args, sides, config, budget, threads, seed_env)
 

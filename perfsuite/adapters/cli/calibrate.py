@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perfsuite.adapters.cli._common import measuring
+    from perfsuite.adapters.cli._common import measuring  # (here: the module line would not fit on one line)
     from perfsuite.facts.cells import cell_from_dict
     from perfsuite.measure.worker import pool
     from perfsuite.orchestrate import serving_calibrate as serve_calibrate
