@@ -6,6 +6,8 @@ API server has its engine core), or a start that fails or never becomes healthy.
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +22,10 @@ def main() -> None:
     port, mode = int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "ok"
     from perfsuite.measure.serving.server import _die_with_parent  # as vLLM's engine core: it ends with its API server
 
+    # as vLLM's processes do: a unix socket per engine link in VLLM_RPC_BASE_PATH, never removed
+    rpc = socket.socket(socket.AF_UNIX)
+    rpc.bind(os.path.join(os.environ.get("VLLM_RPC_BASE_PATH", "/nonexistent"), "fake-engine-link"))
+    print(f"fake server: rpc {rpc.getsockname()}", flush=True)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], preexec_fn=_die_with_parent)
     print(f"fake server: child {child.pid}", flush=True)
     if mode == "fail":

@@ -4,6 +4,7 @@ each, no process of the server is left."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,7 +47,11 @@ def test_start_serve_stop_leaves_no_process(tmp_path):
         assert all(r.success for r in res.records)
         pids = set(s.pids)
     assert gone(pids) and not s.leftover()
-    assert "listening on" in (tmp_path / "server.log").read_text()
+    log = (tmp_path / "server.log").read_text()
+    assert "listening on" in log
+    # vLLM's engine-link sockets went to a folder of the server's own (not the shared temp folder), removed at stop
+    rpc = Path(log.split("fake server: rpc ", 1)[1].split()[0])
+    assert rpc.parent.name.startswith("perfsuite-rpc-") and not rpc.parent.exists()
 
 
 def test_failed_start_fails_with_the_log_tail(tmp_path):
@@ -137,6 +142,10 @@ def test_killed_parent_takes_the_server_down(tmp_path):
         p.kill()
         p.wait(10)
     assert gone([server_pid, child])
+    # the server's socket folder, which a parent killed this way cannot remove: this test removes it
+    rpc = Path((tmp_path / "s.log").read_text().split("fake server: rpc ", 1)[1].split()[0]).parent
+    assert rpc.name.startswith("perfsuite-rpc-")
+    shutil.rmtree(rpc)
 
 
 def test_a_foreign_server_on_the_port_is_not_taken_for_ours(tmp_path):

@@ -8,6 +8,7 @@ the TP=2 cell here, the AWQ cell in test_vllm_awq.py.
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -187,8 +188,12 @@ def test_tiny_opt_runs_and_close_leaves_no_engine_process():
         res = be.prefill(prompts)  # and step by step, as a worker's loop does, up to the close
         for _ in range(N - 1):
             res = be.decode(res.state)
+        # vLLM's engine-link sockets are in a folder of this engine's, not loose in the shared temp folder
+        rpc = Path(be._rpc_dir)
+        assert rpc.name.startswith("perfsuite-rpc-") and any(p.is_socket() for p in rpc.iterdir())
     finally:
         be.close()
+    assert not rpc.exists()  # close() removed them with their folder
     assert be.engine_processes_alive() == []
     assert be.info()["killed_leftover_pids"] == []  # vLLM's own shutdown ended them
     assert _children() == before

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,6 +186,7 @@ class EngineBackend:
         self.engine: Any = None  # the LLMEngine
         self._procs = EngineProcesses()
         self._info: dict[str, Any] = {}
+        self._rpc_dir: str | None = None
 
     def load(self) -> None:
         """Start the engine. If anything fails after processes were started, they are ended before re-raising."""
@@ -221,9 +224,12 @@ class EngineBackend:
 
         path, awq_info = model_path_for(self.cell)
         kwargs, env = self.engine_args(path), engine_env(self.cell)
+        # vLLM names a socket per engine link in VLLM_RPC_BASE_PATH (the temp folder by default) and never removes
+        # them: a folder of this engine's, removed at close()
+        self._rpc_dir = tempfile.mkdtemp(prefix="perfsuite-rpc-")
         t0 = time.perf_counter()
         try:
-            with vllm_env(env):
+            with vllm_env({**env, "VLLM_RPC_BASE_PATH": self._rpc_dir}):
                 self.engine = self._make(kwargs)
         finally:
             self._procs.collect(self.engine)
@@ -236,6 +242,8 @@ class EngineBackend:
     def close(self) -> None:
         engine, self.engine = self.engine, None
         self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
+        if self._rpc_dir:
+            shutil.rmtree(self._rpc_dir, ignore_errors=True)
 
     def info(self) -> dict[str, Any]:
         return dict(self._info)

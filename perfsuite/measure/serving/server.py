@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -98,6 +100,7 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self._seen: dict[int, psutil.Process] = {}  # pid -> every process of the server seen while it ran
         self.start_s = 0.0
+        self._rpc_dir: str | None = None  # vLLM's IPC sockets: a folder of this server's, removed at stop()
 
     @property
     def base_url(self) -> str:
@@ -115,9 +118,13 @@ class Server:
     def start(self) -> Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
+        # vLLM names a socket per engine link in VLLM_RPC_BASE_PATH (the temp folder by default) and leaves them
+        # there when killed: give it a folder that stop() removes
+        self._rpc_dir = tempfile.mkdtemp(prefix="perfsuite-rpc-")
+        env = {**(os.environ if self.env is None else self.env), "VLLM_RPC_BASE_PATH": self._rpc_dir}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.env, start_new_session=True,
+                                         env=env, start_new_session=True,
                                          preexec_fn=functools.partial(_child_setup, self.cpus))
         try:
             self._wait_healthy(t0)
@@ -208,6 +215,8 @@ class Server:
         psutil.wait_procs(alive, timeout=5)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        if self._rpc_dir:
+            shutil.rmtree(self._rpc_dir, ignore_errors=True)
 
     def leftover(self) -> list[int]:
         """Processes of this server still running (none after :meth:`stop`)."""
