@@ -9,7 +9,7 @@ import statistics
 import time
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command
+from perfsuite.adapters.cli._common import add_command, measuring
 from perfsuite.facts import models
 from perfsuite.facts.cells import Cell, Scenario
 from perfsuite.measure import loop as measure
@@ -51,16 +51,19 @@ def main(args: argparse.Namespace) -> int:
     if not has_steps(backend):
         print(f"perfsuite overhead: {args.backend} has no decode steps to time (it runs whole generations only)")
         return 2
-    backend.load()
-    prompts = models.prompts(1, 64, resolved.vocab_size)
-    bare_decode_steps_ms(backend, prompts, args.new_tokens, 2)  # warm-up
-    suite: list[float] = []
-    bare: list[float] = []
-    for _ in range(args.blocks):
-        bare += bare_decode_steps_ms(backend, prompts, args.new_tokens, args.generations)
-        m = measure.measure_generations(backend, prompts, args.new_tokens, args.generations, 0, ["tpot"])["tpot"]
-        suite += [r * 1e3 for r in m.rounds_s]
-    backend.close()
+    with measuring("overhead"):  # one perfsuite run measures at a time
+        backend.load()
+        try:
+            prompts = models.prompts(1, 64, resolved.vocab_size)
+            bare_decode_steps_ms(backend, prompts, args.new_tokens, 2)  # warm-up
+            suite: list[float] = []
+            bare: list[float] = []
+            for _ in range(args.blocks):
+                bare += bare_decode_steps_ms(backend, prompts, args.new_tokens, args.generations)
+                m = measure.measure_generations(backend, prompts, args.new_tokens, args.generations, 0, ["tpot"])["tpot"]
+                suite += [r * 1e3 for r in m.rounds_s]
+        finally:
+            backend.close()
     s_med, b_med = statistics.median(suite), statistics.median(bare)
     s_mean, b_mean = statistics.fmean(suite), statistics.fmean(bare)
     print(f"steps per method: {len(suite)}")

@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command
+from perfsuite.adapters.cli._common import add_command, measuring
 from perfsuite.facts.errors import UsageError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -114,18 +114,20 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     pts = points(args)
-    if args.start:
-        from perfsuite.measure.serving.cell import started_server
+    url = None if args.start else check_url(args.base_url, args.allow_remote)
+    with measuring("serve"):  # one perfsuite run measures at a time (the load generator times here)
+        if url is None:
+            from perfsuite.measure.serving.cell import started_server
 
-        with started_server(args.start, start_timeout_s=args.start_timeout, keep_logs=True) as (srv, name, vocab, cache):
-            result = run(srv.base_url, args.model or name, pts, args, slos, min(vocab, args.vocab_size), cache,
-                         abort=srv.abort_reason, client_cpus=srv.client_cpus)
-            result["server"] = {"model": args.start, "start_s": srv.start_s, "log": str(srv.log_path)}
-    else:
-        from perfsuite.facts.models import default_cache_dir
+            with started_server(args.start, start_timeout_s=args.start_timeout, keep_logs=True) as started:
+                srv, name, vocab, cache = started
+                result = run(srv.base_url, args.model or name, pts, args, slos, min(vocab, args.vocab_size), cache,
+                             abort=srv.abort_reason, client_cpus=srv.client_cpus)
+                result["server"] = {"model": args.start, "start_s": srv.start_s, "log": str(srv.log_path)}
+        else:
+            from perfsuite.facts.models import default_cache_dir
 
-        url = check_url(args.base_url, args.allow_remote)
-        result = run(url, args.model or served_model(url), pts, args, slos, args.vocab_size, default_cache_dir())
+            result = run(url, args.model or served_model(url), pts, args, slos, args.vocab_size, default_cache_dir())
     text = json.dumps(result, indent=1, default=str)
     if args.json:
         args.json.write_text(text)
