@@ -35,13 +35,14 @@ def test_each_side_runs_its_own_tree(tmp_path: Path) -> None:
     out = tmp_path / "ab.json"
     rc = cli(["ab", "--a", str(a), "--b", str(b), "--budget", "4m", "--json", str(out), "--operators", "3"])
     data = json.loads(out.read_text())
-    assert rc == 1 and data["stopped"] == "regression"
+    why = {k: data.get(k) for k in ("stopped", "reason", "error", "verdicts", "elapsed_s", "zygote")}
+    assert rc == 1 and data["stopped"] == "regression", (rc, why)
     # one hash seed for both sides' zygotes, drawn for this run (perfsuite.machine.cotenant.hash_seed_env)
     assert data["hash_seed"] and set((tmp_path / "hash-seeds-a").read_text().split()) == {data["hash_seed"]}
     assert set((tmp_path / "hash-seeds-b").read_text().split()) == {data["hash_seed"]}
     # one zygote for both sides (perfsuite.measure.worker.zygote): every worker of A and of B is its child, and still runs
     # its own side's tree (perfsuite_file below)
-    assert data["zygote"] == "shared"
+    assert data["zygote"] == "shared", why
     # after the decision, the regressed cell's operator diff: 3 profile pairs, each run a fresh process of its side's
     # tree started by the coordinator (this process), never timed; the timed workers are the zygote's children
     ops = data["operators"]["torch-tiny-llama-float32-b1-p8-n4"]
