@@ -1,5 +1,5 @@
 #!/bin/bash
-# Campaign 13 (issue 38), 2026-12-06 16:18-18:45 UTC, as it ran (/work/camp13/drive.sh, drive3.sh, drive4.sh, merged): every
+# Campaign 13 (issue 38), 2026-12-06 16:18-18:59 UTC, as it ran (/work/camp13/drive.sh, drive3.sh, drive4.sh, drive5.sh, merged): every
 # trial beside gate_eval's co-tenant (a busy process on one core, --cotenant 1.0), one at a time, in an order that
 # brings each pooled row's co-tenant share to a third first; no trial starts after $STOP (epoch seconds).
 # Trees first: python benchmarks/gate_eval.py trees /work/geval13   (at 36c4ab3)
@@ -33,6 +33,10 @@ g default:spin05:5
 g default:eager:3
 g default:A2:7
 g default:spin05:6
-# stopped by hand after spin05:6 started (18:35), to leave the write-up its time; not run: A2 8-9, argmax1, nograd
+# stopped by hand after spin05:6 started (18:35); then drive5.sh (18:45-18:59), seeds 1361-1362:
+s=1360
+g default:A2:8
+g default:A2:9
+# not run: argmax1, nograd
 python benchmarks/bisect_eval.py report $O > benchmarks/data/gate-eval-20261206-xeon-amx-13/bisect_report.md
 python benchmarks/gate_eval.py report $O > benchmarks/data/gate-eval-20261206-xeon-amx-13/report.md
