@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from perfsuite.measure.backends.vllm_engine_args import (
     cpu_bind_plan,
     engine_env,
     llm_engine_args,
+    rpc_socket_dir,
 )
 
 
@@ -159,3 +161,30 @@ def test_registered_and_cheap_constructor():
     assert BACKENDS["vllm"] == "perfsuite.measure.backends.vllm_backend:VllmBackend"
     b = create(cell())
     assert b.name == "vllm" and b.engine is None
+
+
+def test_rpc_socket_dir_keeps_vllm_socket_paths_short_enough(tmp_path, monkeypatch):
+    """vLLM binds ``<VLLM_RPC_BASE_PATH>/<uuid4>``; a unix socket path holds 107 bytes. A short base is used as it is
+    (the user's VLLM_RPC_BASE_PATH first); a deep one (pytest's tmp_path under a long TMPDIR) falls back to /tmp."""
+    import shutil
+    import tempfile
+    import uuid
+
+    short = tempfile.mkdtemp(prefix="s", dir="/tmp")
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    made = []
+    try:
+        made.append(rpc_socket_dir({"VLLM_RPC_BASE_PATH": short}))
+        assert Path(made[-1]).parent == Path(short)
+        made.append(rpc_socket_dir({"VLLM_RPC_BASE_PATH": str(deep)}))
+        assert Path(made[-1]).parent == Path("/tmp")
+        monkeypatch.setattr(tempfile, "tempdir", str(deep))
+        made.append(rpc_socket_dir({}))
+        assert Path(made[-1]).parent == Path("/tmp")
+        for d in made:
+            assert Path(d).name.startswith("perfsuite-rpc-")
+            assert len(os.fsencode(os.path.join(d, str(uuid.uuid4())))) <= 107
+    finally:
+        for d in [*made, short]:
+            shutil.rmtree(d, ignore_errors=True)

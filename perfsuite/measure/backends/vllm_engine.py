@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +31,7 @@ from perfsuite.measure.backends.vllm_common import (
     validate_with_vllm,
     vllm_env,
 )
-from perfsuite.measure.backends.vllm_engine_args import engine_env
+from perfsuite.measure.backends.vllm_engine_args import engine_env, rpc_socket_dir
 
 DEATH_GRACE_S = 2.0  # after an engine error, how long a dying worker may take to be seen dead
 SHUTDOWN_WAIT_S = 15.0
@@ -226,7 +225,7 @@ class EngineBackend:
         kwargs, env = self.engine_args(path), engine_env(self.cell)
         # vLLM names a socket per engine link in VLLM_RPC_BASE_PATH (the temp folder by default) and never removes
         # them: a folder of this engine's, removed at close()
-        self._rpc_dir = tempfile.mkdtemp(prefix="perfsuite-rpc-")
+        self._rpc_dir = rpc_socket_dir()
         t0 = time.perf_counter()
         try:
             with vllm_env({**env, "VLLM_RPC_BASE_PATH": self._rpc_dir}):

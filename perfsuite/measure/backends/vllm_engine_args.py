@@ -196,3 +196,23 @@ def engine_env(cell: Cell, allowed_cpus: list[int] | None = None) -> dict[str, s
         if bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(bind)
     return env
+
+
+# A unix socket's path holds at most 107 bytes (sun_path is 108 with its NUL); vLLM names its engine links
+# ``<VLLM_RPC_BASE_PATH>/<uuid4>``, 37 more characters.
+_SOCKET_PATH_MAX = 107
+_VLLM_SOCKET_NAME = 37
+
+
+def rpc_socket_dir(environ: dict[str, str] | None = None) -> str:
+    """A new folder for vLLM's IPC sockets (``VLLM_RPC_BASE_PATH``), which vLLM never removes: its owner removes it
+    when the engine or server ends. Made in the user's ``VLLM_RPC_BASE_PATH`` or the temp folder, unless the socket
+    paths there would be too long for a unix socket (a deep ``TMPDIR``): then in ``/tmp``."""
+    import tempfile
+
+    env = os.environ if environ is None else environ
+    base = env.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
+    # the folder's own name: "perfsuite-rpc-" and mkdtemp's 8 characters
+    if len(os.fsencode(base)) + 1 + len("perfsuite-rpc-") + 8 + _VLLM_SOCKET_NAME > _SOCKET_PATH_MAX:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="perfsuite-rpc-", dir=base)

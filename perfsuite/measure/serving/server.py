@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -120,8 +119,11 @@ class Server:
         t0 = time.monotonic()
         # vLLM names a socket per engine link in VLLM_RPC_BASE_PATH (the temp folder by default) and leaves them
         # there when killed: give it a folder that stop() removes
-        self._rpc_dir = tempfile.mkdtemp(prefix="perfsuite-rpc-")
-        env = {**(os.environ if self.env is None else self.env), "VLLM_RPC_BASE_PATH": self._rpc_dir}
+        from perfsuite.measure.backends.vllm_engine_args import rpc_socket_dir
+
+        base_env = dict(os.environ if self.env is None else self.env)
+        self._rpc_dir = rpc_socket_dir(base_env)
+        env = {**base_env, "VLLM_RPC_BASE_PATH": self._rpc_dir}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, start_new_session=True,
