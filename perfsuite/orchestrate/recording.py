@@ -44,12 +44,31 @@ def finish_recording(ps: PerfSession, exitstatus: int, testsfailed: bool, tag: s
             tmp.unlink()
 
 
-def _slower_and_noisy(v: Any) -> bool:
+# How much larger than the stored runs' typical within-run variance (of the log run value) the new run's must be to
+# call it noisy inside: a variance from ~10 processes rarely exceeds 2.5x its median by chance; stalled processes
+# make it 100-10,000x.
+NOISY_INSIDE = 4.0
+
+
+def _slower_and_noisy(v: Any, data: dict[str, Any], stored: list[dict[str, Any]]) -> bool:
     """Inconclusive only because the new run is noisy inside, while its estimate is worse than the threshold: a
     run whose processes stalled (seen: 4 of 10 at 30-550x the others beside a co-runner) is too noisy to fail the
-    test, and exactly the run that must not become a baseline."""
-    return v.kind == "inconclusive" and v.ratio is not None and (
-        v.ratio - 1 if v.direction == "lower_is_better" else 1 / v.ratio - 1) > v.threshold
+    test, and exactly the run that must not become a baseline. A run that is inconclusive because the stored series
+    is short (3 runs: MDE in the thousands of %) but as steady inside as they are is not refused: refusing every
+    run whose estimate lies above the threshold would keep only the faster runs of a young series (seen on a new
+    EPYC series: runs 4 and 5 refused at TPOT +8.8 and +9.3 % against 3 stored runs)."""
+    if not (v.kind == "inconclusive" and v.ratio is not None
+            and (v.ratio - 1 if v.direction == "lower_is_better" else 1 / v.ratio - 1) > v.threshold):
+        return False
+    from perfsuite.verdict.runs import index
+    from perfsuite.verdict.values import within_run_var
+
+    cur = index([data])[0].get(v.test) or []
+    inner = within_run_var(cur[-1], v.metric) if cur else None
+    typical = [x for b in index(stored)[0].get(v.test) or [] if (x := within_run_var(b, v.metric)) is not None]
+    if inner is None or not typical:  # no processes to tell by: the estimate alone, as before
+        return True
+    return inner > NOISY_INSIDE * float(sorted(typical)[len(typical) // 2])
 
 
 def outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:
@@ -66,8 +85,9 @@ def outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:
     runs = [r for r in runs if not is_contended(r)]
     if len(runs) < 3:
         return None
-    verdicts = compare_runs(runs[-ps.gate_config.baseline_runs:], [data], ps.gate_config)
-    slower = [v for v in verdicts if not v.exact and (v.failed or _slower_and_noisy(v))]
+    runs = runs[-ps.gate_config.baseline_runs:]
+    verdicts = compare_runs(runs, [data], ps.gate_config)
+    slower = [v for v in verdicts if not v.exact and (v.failed or _slower_and_noisy(v, data, runs))]
     if not slower:
         return None
     why = "; ".join(f"{v.test.split('::')[-1]} {report.describe(v)}" for v in slower[:3])
