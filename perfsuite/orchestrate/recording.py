@@ -6,6 +6,7 @@ disturbed; the write is atomic (baselines.write_run). A refused or failed write 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from perfsuite.orchestrate import baselines
@@ -51,24 +52,32 @@ NOISY_INSIDE = 4.0
 
 
 def _slower_and_noisy(v: Any, data: dict[str, Any], stored: list[dict[str, Any]]) -> bool:
-    """Inconclusive only because the new run is noisy inside, while its estimate is worse than the threshold: a
-    run whose processes stalled (seen: 4 of 10 at 30-550x the others beside a co-runner) is too noisy to fail the
-    test, and exactly the run that must not become a baseline. A run that is inconclusive because the stored series
-    is short (3 runs: MDE in the thousands of %) but as steady inside as they are is not refused: refusing every
-    run whose estimate lies above the threshold would keep only the faster runs of a young series (seen on a new
-    EPYC series: runs 4 and 5 refused at TPOT +8.8 and +9.3 % against 3 stored runs)."""
-    if not (v.kind == "inconclusive" and v.ratio is not None
-            and (v.ratio - 1 if v.direction == "lower_is_better" else 1 / v.ratio - 1) > v.threshold):
+    """Inconclusive, with an estimate worse than the threshold, and disturbed by the run's own evidence: noisy inside
+    (a run whose processes stalled, seen: 4 of 10 at 30-550x the others beside a co-runner, is too noisy to fail the
+    test, and exactly the run that must not become a baseline), or slower than the slowest stored run by more than
+    the stored runs' own range (and the threshold). A run that is inconclusive only because the series is short
+    (3 runs: MDE in the thousands of %) and lies within that reach is kept: the estimate alone refused runs 4 and 5
+    of a new EPYC series at TPOT +8.8/+9.3 % against 3 stored runs, and vLLM runs at +12 to +26 % against 5 whose
+    TPOT spans 57 %, which would keep only a young series' faster runs."""
+    s = 1.0 if v.direction == "lower_is_better" else -1.0
+    if not (v.kind == "inconclusive" and v.ratio is not None and math.expm1(s * math.log(v.ratio)) > v.threshold):
         return False
     from perfsuite.verdict.runs import index
-    from perfsuite.verdict.values import within_run_var
+    from perfsuite.verdict.values import run_value, within_run_var
 
-    cur = index([data])[0].get(v.test) or []
-    inner = within_run_var(cur[-1], v.metric) if cur else None
-    typical = [x for b in index(stored)[0].get(v.test) or [] if (x := within_run_var(b, v.metric)) is not None]
-    if inner is None or not typical:  # no processes to tell by: the estimate alone, as before
+    mine, base = index([data])[0].get(v.test), index(stored)[0].get(v.test)
+    if not mine or not base:
         return True
-    return inner > NOISY_INSIDE * float(sorted(typical)[len(typical) // 2])
+    cur = mine[-1]
+    inner = within_run_var(cur, v.metric)
+    typical = sorted(x for b in base if (x := within_run_var(b, v.metric)) is not None)
+    if inner is not None and typical and inner > NOISY_INSIDE * typical[len(typical) // 2]:
+        return True
+    now = run_value(cur, v.metric)
+    logs = [s * math.log(x) for b in base if (x := run_value(b, v.metric)) is not None and x > 0]
+    if now is None or now <= 0 or not logs:
+        return True
+    return s * math.log(now) > max(logs) + max(math.log1p(v.threshold), max(logs) - min(logs))
 
 
 def outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:

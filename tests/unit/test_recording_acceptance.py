@@ -74,3 +74,16 @@ def test_a_steady_run_against_a_young_series_is_not_refused_for_its_estimate(mon
     assert recording.outlier(ps, steady) is None
     stalled = _run([1.09, 1.07, 1.1, 1.08, 1.11, 1.09, 31.6, 9.4, 2.9, 120.0])
     assert "probably disturbed" in (recording.outlier(ps, stalled) or "")
+
+
+def test_without_process_values_a_run_within_the_series_reach_is_kept_and_one_beyond_it_refused(monkeypatch):
+    """A cell of 2 processes (vLLM's) has no within-run spread to judge by: a run is refused only when it is slower
+    than the slowest stored run by more than the stored runs' range. The vLLM runs refused at +12 to +26 % against a
+    series spanning 57 % (benchmarks/data/baselines-series-20261206-epyc-zen4/) are kept; 2x slower is not."""
+    stored = [_run([t, t * 1.01]) for t in (6.0, 4.03, 6.2, 3.38, 4.0)]
+    monkeypatch.setattr(baselines, "read_runs", lambda *a, **k: stored)
+    ps = SimpleNamespace(baseline_dir="b", runner_class="cpu-x-2c", notes=[],
+                         gate_config=parse_config({"baseline_runs": 10}),
+                         settings=SimpleNamespace(config=SimpleNamespace(preflight=SimpleNamespace(on_busy="refuse"))))
+    assert recording.outlier(ps, _run([5.1, 5.2])) is None  # +26 % on the median
+    assert "probably disturbed" in (recording.outlier(ps, _run([14.0, 14.3])) or "")
