@@ -1,0 +1,64 @@
+"""perfsuite.measure.opprofile's reading of torch profiler events: the same self times as ``key_averages()``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from perfsuite.measure.opprofile import self_times
+
+
+@dataclass
+class Ev:
+    name_: str
+    start: int
+    end: int
+    thread: int = 1
+
+    def name(self) -> str:
+        return self.name_
+
+    def start_ns(self) -> int:
+        return self.start
+
+    def end_ns(self) -> int:
+        return self.end
+
+    def start_thread_id(self) -> int:
+        return self.thread
+
+
+def test_self_time_is_the_event_less_its_nested_events_per_thread() -> None:
+    events = [
+        Ev("aten::linear", 0, 10_000_000),  # 10 ms, holding matmul (6 ms) which holds mm (5 ms)
+        Ev("aten::matmul", 1_000_000, 7_000_000),
+        Ev("aten::mm", 1_500_000, 6_500_000),
+        Ev("aten::add", 8_000_000, 9_000_000),  # 1 ms, a second child of linear
+        Ev("aten::mm", 2_000_000, 4_000_000, thread=2),  # another thread: not nested in linear
+        Ev("aten::div_", 20_000_000, 23_000_000),  # div_ whose only child is a div_: one call, as torch counts
+        Ev("aten::div_", 20_500_000, 22_500_000),
+    ]
+    ops, calls = self_times(events)
+    assert ops == pytest.approx({"aten::linear": 3.0, "aten::matmul": 1.0, "aten::mm": 7.0, "aten::add": 1.0,
+                                 "aten::div_": 3.0})
+    assert calls == {"aten::linear": 1, "aten::matmul": 1, "aten::mm": 2, "aten::add": 1, "aten::div_": 1}
+
+
+def test_self_times_of_a_real_profile_match_key_averages() -> None:
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64, 64)
+    lin = torch.nn.Linear(64, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(5):
+            y = torch.nn.functional.softmax(lin(x) * 2, dim=-1)
+            y.div_(3.0)
+    raw = prof.profiler.kineto_results.events()
+    ops, calls = self_times(e for e in raw if e.device_type() == torch.autograd.DeviceType.CPU)
+    ref = {e.key: e for e in prof.key_averages() if e.self_cpu_time_total > 0}
+    assert set(ops) >= set(ref) and {k for k, v in ops.items() if v > 0} == set(ref)
+    for key, e in ref.items():
+        assert ops[key] == pytest.approx(e.self_cpu_time_total / 1e3, rel=1e-9), key
+        assert calls[key] == e.count, key
