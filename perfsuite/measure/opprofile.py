@@ -83,6 +83,23 @@ def self_times(events: Any) -> tuple[dict[str, float], dict[str, int]]:
     return ops, calls
 
 
+GPU_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})  # torch's own set (torch/profiler/_cupti_monitor_trace.py)
+
+
+def device_times(events: Any) -> tuple[dict[str, float], dict[str, int]]:
+    """Time (ms) and calls per name of raw GPU events: kernels, copies and sets (``.activity_type()`` in
+    ``GPU_KINDS``), which do not nest; on ROCm and CUDA these are the operators. Device-side annotations
+    (``gpu_user_annotation``) span kernels and are left out. (``key_averages()`` also gives every CPU operator the
+    device time of the kernels it launched, so summing its rows counted each kernel twice.)"""
+    ops: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for e in events:
+        if e.activity_type() in GPU_KINDS:
+            ops[e.name()] = ops.get(e.name(), 0.0) + (e.end_ns() - e.start_ns()) / 1e6
+            calls[e.name()] = calls.get(e.name(), 0) + 1
+    return ops, calls
+
+
 def torch_ops(run: Callable[[], int], device: str, trace: Path | None) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -94,16 +111,19 @@ def torch_ops(run: Callable[[], int], device: str, trace: Path | None) -> dict[s
         prof.export_chrome_trace(str(trace))
     kind = "self device time (kernels)" if device != "cpu" else "self CPU time"
     raw = getattr(getattr(prof.profiler, "kineto_results", None), "events", None)
-    if device == "cpu" and raw is not None:
-        ops, calls = self_times(e for e in raw() if e.device_type() == torch.autograd.DeviceType.CPU)
-        return {"tool": f"torch.profiler {torch.__version__}, {kind}", "tokens": tokens, "ops": ops, "calls": calls}
-    ops = {}
-    calls = {}
-    for e in prof.key_averages():  # a GPU's kernels, or a torch without raw events
-        us = e.self_device_time_total if device != "cpu" else e.self_cpu_time_total
-        if us > 0:
-            ops[e.key] = ops.get(e.key, 0.0) + us / 1e3
-            calls[e.key] = calls.get(e.key, 0) + int(e.count)
+    cpu = torch.autograd.DeviceType.CPU
+    if raw is not None:
+        events = raw()
+        ops, calls = (self_times(e for e in events if e.device_type() == cpu) if device == "cpu"
+                      else device_times(events))
+    else:  # a torch without raw events: its averages, a GPU's kernel rows only
+        ops, calls = {}, {}
+        for e in prof.key_averages():
+            on_gpu = getattr(e, "device_type", cpu) != cpu
+            us = e.self_cpu_time_total if device == "cpu" else e.self_device_time_total if on_gpu else 0
+            if us > 0:
+                ops[e.key] = ops.get(e.key, 0.0) + us / 1e3
+                calls[e.key] = calls.get(e.key, 0) + int(e.count)
     return {"tool": f"torch.profiler {torch.__version__}, {kind}", "tokens": tokens, "ops": ops, "calls": calls}
 
 

@@ -15,6 +15,10 @@ class Ev:
     start: int
     end: int
     thread: int = 1
+    kind: str = "kernel"
+
+    def activity_type(self) -> str:
+        return self.kind
 
     def name(self) -> str:
         return self.name_
@@ -62,3 +66,19 @@ def test_self_times_of_a_real_profile_match_key_averages() -> None:
     for key, e in ref.items():
         assert ops[key] == pytest.approx(e.self_cpu_time_total / 1e3, rel=1e-9), key
         assert calls[key] == e.count, key
+
+
+def test_a_gpu_profile_counts_each_kernel_once_under_its_own_name() -> None:
+    """On ROCm and CUDA the kernels are the operators: two launches of one GEMM kernel and a copy, each its own
+    duration (device events do not nest); CPU operators, which carry their kernels' time in ``key_averages()``, and
+    device-side annotation ranges, which span kernels, are not counted."""
+    from perfsuite.measure.opprofile import device_times
+
+    events = [Ev("Cijk_Ailk_Bljk_SB_MT64x64", 0, 2_000_000, thread=7),
+              Ev("Memcpy HtoD (Pageable -> Device)", 2_500_000, 3_000_000, thread=7),
+              Ev("Cijk_Ailk_Bljk_SB_MT64x64", 4_000_000, 5_500_000, thread=7),
+              Ev("forward", 0, 5_500_000, thread=7, kind="gpu_user_annotation"),
+              Ev("aten::mm", 0, 1_000_000, kind="cpu_op")]
+    ops, calls = device_times(events)
+    assert ops == pytest.approx({"Cijk_Ailk_Bljk_SB_MT64x64": 3.5, "Memcpy HtoD (Pageable -> Device)": 0.5})
+    assert calls == {"Cijk_Ailk_Bljk_SB_MT64x64": 2, "Memcpy HtoD (Pageable -> Device)": 1}
