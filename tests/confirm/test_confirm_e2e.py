@@ -146,7 +146,7 @@ def test_a_code_regression_is_confirmed_and_fails(repo: Repo) -> None:
     assert "median_tpot_ms: regression confirmed" in text and "1 failed" in text
     # the confirmed cell's operator diff, in the same session, after the decision (never a timed pair)
     assert "operator diff of torch-tiny-llama-float32-b1-p16-n8" in text and "operators (torch.profiler" in text
-    # a sleep is in no operator's time: on a quiet machine the diff says so (its 3 profile pairs see their total not
+    # a sleep is in no operator's time: on a quiet machine the diff says so (its profile pairs see their total not
     # move); when a test on the other xdist worker makes the pairs too noisy for that, it must still blame no operator
     # ("spread", never "the change is in ..."). The "outside" verdict itself: tests/unit/test_opdiff.py, on pairs
     # recorded from this test's regression.

@@ -82,3 +82,39 @@ def test_a_gpu_profile_counts_each_kernel_once_under_its_own_name() -> None:
     ops, calls = device_times(events)
     assert ops == pytest.approx({"Cijk_Ailk_Bljk_SB_MT64x64": 3.5, "Memcpy HtoD (Pageable -> Device)": 0.5})
     assert calls == {"Cijk_Ailk_Bljk_SB_MT64x64": 2, "Memcpy HtoD (Pageable -> Device)": 1}
+
+
+def test_an_ort_profile_counts_the_node_events_inside_the_profiled_runs_only(tmp_path) -> None:
+    """ONNX Runtime's profile: node events (``*_kernel_time``) are counted when they fall inside a ``model_run`` of
+    the profiled generations, bounds included; the runs before (load, warm-up) and events between runs are not."""
+    import json
+
+    pytest.importorskip("onnxruntime")
+    from perfsuite.measure.opprofile import OrtSessions
+
+    def node(op: str, ts: int, dur: int) -> dict:
+        return {"cat": "Node", "name": f"/m/{op}_kernel_time", "ts": ts, "dur": dur, "args": {"op_name": op}}
+
+    events = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 100},  # warm-up: before the profiled runs
+              node("MatMul", 10, 50),
+              {"cat": "Session", "name": "model_run", "ts": 1000, "dur": 100},
+              node("MatMul", 1000, 40), node("Add", 1100, 5),  # at both bounds of the run
+              node("Add", 1500, 7),  # between runs
+              {"cat": "Session", "name": "model_run", "ts": 2000, "dur": 100},
+              node("MatMul", 2050, 30), {"cat": "Node", "name": "/m/MatMul_fence_before", "ts": 2060, "dur": 1}]
+    events.reverse()  # the file's order is not the time order
+    path = tmp_path / "ort.json"
+    path.write_text(json.dumps(events))
+
+    class Session:
+        _perfsuite_runs = 1
+
+        def end_profiling(self) -> str:
+            return str(path)
+
+    sessions = OrtSessions(tmp_path / "p")
+    sessions.made.append(Session())
+    out = sessions.profile(lambda: 8, tmp_path / "trace.json")
+    assert out["ops"] == pytest.approx({"MatMul": 0.07, "Add": 0.005})
+    assert out["calls"] == {"MatMul": 2, "Add": 1} and out["tokens"] == 8
+    assert len(json.loads((tmp_path / "trace.json").read_text())) == len(events)
