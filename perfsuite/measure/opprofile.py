@@ -138,13 +138,11 @@ class OrtSessions:
         self.original = ort.InferenceSession.__init__
 
     def __enter__(self) -> OrtSessions:
-        ort, original, made = self.ort, self.original, self.made
-
         def init(sess: Any, path: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> None:
-            so = sess_options or ort.SessionOptions()
+            so = sess_options or self.ort.SessionOptions()
             so.enable_profiling = True
             so.profile_file_prefix = str(self.prefix)
-            original(sess, path, so, *args, **kwargs)
+            self.original(sess, path, so, *args, **kwargs)
             sess._perfsuite_runs = 0
             run = sess.run
 
@@ -153,9 +151,9 @@ class OrtSessions:
                 return run(*a, **k)
 
             sess.run = counted
-            made.append(sess)
+            self.made.append(sess)
 
-        ort.InferenceSession.__init__ = init
+        self.ort.InferenceSession.__init__ = init
         return self
 
     def __exit__(self, *exc: Any) -> None:
