@@ -1,9 +1,6 @@
 """Lockstep pairs: the two worker processes of an A/B pair alive at the same time, taking turns generation by
-generation, so that the machine's drift falls on both sides of every pair alike (docs/gate.md, "Lockstep pairs").
-
-Why: consecutive generations' TPOT are correlated (lag 1 +0.63, lag 10 +0.24), so a pair that runs A's process,
-then B's, compares two windows a second apart; alternating their generations compares one. The spread of log(B/A)
-of 5+5 generations fell from 0.123 to 0.083 (docs/gate-evaluation.md; benchmarks/lockstep_timescale.py).
+generation, so that the machine's drift falls on both sides of every pair alike (docs/gate.md, "Lockstep pairs";
+the measurements behind it: docs/gate-evaluation.md, benchmarks/lockstep_timescale.py).
 
 Protocol (a Unix stream socket per side, one byte each way): before each generation (warm-up ones included) and
 once after the last, the worker sends ``r`` and waits for ``g`` (run the next generation) or ``f`` (run freely to
@@ -12,10 +9,9 @@ loaded, gives the turns (each round's order a coin flip), then ``f`` to both, so
 the other's timed generation. A worker without a coordinator runs freely: this orders work, it never times it.
 
 Freezing (``freeze=True``, vLLM cells): the waiting side's whole process group is stopped (SIGSTOP) from the moment it
-hands its turn back until it gets the next one (SIGCONT, then ``g``). Why: after its last step a vLLM model worker
-polls its message queue busily for about a second (``busy_loop_s`` in vLLM's shm_broadcast.py), on the cores of the
-side timed next. Measured on the 2-core Xeon (A/A pairs, benchmarks/data/vllm-lockstep-20261206/): without freezing
-the vLLM cell's TTFT read 369-396 ms in 11 of 12 processes and TPOT 9.4-11.3 ms; frozen, 7.8-12.2 ms and 3.1-3.6 ms.
+hands its turn back until it gets the next one (SIGCONT, then ``g``): an idle vLLM model worker polls its message
+queue busily for about a second, on the cores of the side timed next (docs/gate.md, "vLLM pairs: the waiting side
+is frozen", with the measurements).
 """
 
 from __future__ import annotations

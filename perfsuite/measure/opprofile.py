@@ -25,7 +25,7 @@ import importlib
 import json
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,16 @@ def _generate(backend: Any, prompts: list[list[int]], new_tokens: int) -> int:
     return len(prompts) * new_tokens
 
 
+def _totals(rows: Iterable[tuple[str, float, int]]) -> tuple[dict[str, float], dict[str, int]]:
+    """Time (ms) and calls per operator of (operator, ms, calls) rows, summed in their order."""
+    ops: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for name, ms, n in rows:
+        ops[name] = ops.get(name, 0.0) + ms
+        calls[name] = calls.get(name, 0) + n
+    return ops, calls
+
+
 def self_times(events: Any) -> tuple[dict[str, float], dict[str, int]]:
     """Self time (ms) and calls per operator name of raw CPU profiler events (``.name()``, ``.start_ns()``,
     ``.end_ns()``, ``.start_thread_id()``): an event's time less that of the events nested in it on its thread, and a
@@ -58,13 +68,11 @@ def self_times(events: Any) -> tuple[dict[str, float], dict[str, int]]:
     threads: dict[int, list[Any]] = {}
     for e in events:
         threads.setdefault(e.start_thread_id(), []).append(e)
-    ops: dict[str, float] = {}
-    calls: dict[str, int] = {}
+    rows: list[tuple[str, float, int]] = []
 
     def close(item: list[Any]) -> None:
         _, name, ns, children_ns, n_children, last_child = item
-        ops[name] = ops.get(name, 0.0) + (ns - children_ns) / 1e6
-        calls[name] = calls.get(name, 0) + (0 if n_children == 1 and last_child == name else 1)
+        rows.append((name, (ns - children_ns) / 1e6, 0 if n_children == 1 and last_child == name else 1))
 
     for evs in threads.values():
         evs.sort(key=lambda e: (e.start_ns(), -e.end_ns()))
@@ -80,7 +88,7 @@ def self_times(events: Any) -> tuple[dict[str, float], dict[str, int]]:
             stack.append([end, e.name(), end - start, 0, 0, ""])
         while stack:
             close(stack.pop())
-    return ops, calls
+    return _totals(rows)
 
 
 GPU_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})  # torch's own set (torch/profiler/_cupti_monitor_trace.py)
@@ -91,13 +99,7 @@ def device_times(events: Any) -> tuple[dict[str, float], dict[str, int]]:
     ``GPU_KINDS``), which do not nest; on ROCm and CUDA these are the operators. Device-side annotations
     (``gpu_user_annotation``) span kernels and are left out. (``key_averages()`` also gives every CPU operator the
     device time of the kernels it launched, so summing its rows counted each kernel twice.)"""
-    ops: dict[str, float] = {}
-    calls: dict[str, int] = {}
-    for e in events:
-        if e.activity_type() in GPU_KINDS:
-            ops[e.name()] = ops.get(e.name(), 0.0) + (e.end_ns() - e.start_ns()) / 1e6
-            calls[e.name()] = calls.get(e.name(), 0) + 1
-    return ops, calls
+    return _totals((e.name(), (e.end_ns() - e.start_ns()) / 1e6, 1) for e in events if e.activity_type() in GPU_KINDS)
 
 
 def torch_ops(run: Callable[[], int], device: str, trace: Path | None) -> dict[str, Any]:
@@ -117,13 +119,10 @@ def torch_ops(run: Callable[[], int], device: str, trace: Path | None) -> dict[s
         ops, calls = (self_times(e for e in events if e.device_type() == cpu) if device == "cpu"
                       else device_times(events))
     else:  # a torch without raw events: its averages, a GPU's kernel rows only
-        ops, calls = {}, {}
-        for e in prof.key_averages():
-            on_gpu = getattr(e, "device_type", cpu) != cpu
-            us = e.self_cpu_time_total if device == "cpu" else e.self_device_time_total if on_gpu else 0
-            if us > 0:
-                ops[e.key] = ops.get(e.key, 0.0) + us / 1e3
-                calls[e.key] = calls.get(e.key, 0) + int(e.count)
+        rows = [(e.key, e.self_cpu_time_total if device == "cpu" else
+                 e.self_device_time_total if getattr(e, "device_type", cpu) != cpu else 0, int(e.count))
+                for e in prof.key_averages()]
+        ops, calls = _totals((key, us / 1e3, n) for key, us, n in rows if us > 0)
     return {"tool": f"torch.profiler {torch.__version__}, {kind}", "tokens": tokens, "ops": ops, "calls": calls}
 
 
@@ -138,13 +137,11 @@ class OrtSessions:
         self.original = ort.InferenceSession.__init__
 
     def __enter__(self) -> OrtSessions:
-        ort, original, made = self.ort, self.original, self.made
-
         def init(sess: Any, path: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> None:
-            so = sess_options or ort.SessionOptions()
+            so = sess_options or self.ort.SessionOptions()
             so.enable_profiling = True
             so.profile_file_prefix = str(self.prefix)
-            original(sess, path, so, *args, **kwargs)
+            self.original(sess, path, so, *args, **kwargs)
             sess._perfsuite_runs = 0
             run = sess.run
 
@@ -153,9 +150,9 @@ class OrtSessions:
                 return run(*a, **k)
 
             sess.run = counted
-            made.append(sess)
+            self.made.append(sess)
 
-        ort.InferenceSession.__init__ = init
+        self.ort.InferenceSession.__init__ = init
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -165,8 +162,7 @@ class OrtSessions:
         """``run``'s node time per operator: the sessions' runs before it (loading, warm-up) are left out."""
         runs_before = {id(s): s._perfsuite_runs for s in self.made}
         tokens = run()
-        ops: dict[str, float] = {}
-        calls: dict[str, int] = {}
+        rows: list[tuple[str, float, int]] = []
         traces = []
         for s in self.made:
             events = json.loads(Path(s.end_profiling()).read_text())
@@ -177,10 +173,9 @@ class OrtSessions:
                             and str(e.get("name", "")).endswith("_kernel_time")), key=lambda e: e["ts"])
             starts = [e["ts"] for e in nodes]
             for r in runs:  # the node events inside each profiled run
-                for e in nodes[bisect.bisect_left(starts, r["ts"]):bisect.bisect_right(starts, r["ts"] + r["dur"])]:
-                    op = str((e.get("args") or {}).get("op_name", e["name"]))
-                    ops[op] = ops.get(op, 0.0) + e["dur"] / 1e3
-                    calls[op] = calls.get(op, 0) + 1
+                inside = nodes[bisect.bisect_left(starts, r["ts"]):bisect.bisect_right(starts, r["ts"] + r["dur"])]
+                rows += [(str((e.get("args") or {}).get("op_name", e["name"])), e["dur"] / 1e3, 1) for e in inside]
+        ops, calls = _totals(rows)
         if trace is not None:
             trace.write_text(json.dumps([e for events in traces for e in events]))
         return {"tool": f"onnxruntime {self.ort.__version__} session profiling, node time", "tokens": tokens,

@@ -138,11 +138,6 @@ class LoadResult:
     client_cpu_s: float
     aborted: str | None = None  # why sending stopped early (the server died)
 
-    @property
-    def client_cpu_share(self) -> float:
-        """Client CPU seconds per wall second over the timed phase (1.0 = one core busy)."""
-        return self.client_cpu_s / self.duration_s if self.duration_s > 0 else 0.0
-
 
 def payload(req: Request, model: str) -> dict[str, Any]:
     return {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "stream": True,
@@ -296,11 +291,9 @@ def run_load(base_url: str, model: str, reqs: Sequence[Request], spec: LoadSpec,
 
 @contextlib.contextmanager
 def _gc_frozen() -> Iterator[None]:
-    """Every object alive before the load moved out of the collector's reach for the load's length (``gc.freeze``),
-    then given back. The client runs inside a pytest or perfsuite process that holds torch and transformers: a full
-    collection there walks ~200 k objects and took 50 ms on the 2-core EPYC (2026-12-04), a stall that lands on
-    whichever send or chunk is due. Frozen, collections only walk what the load itself allocates; the young
-    generations still run, so a long sweep's garbage is still collected."""
+    """Every object alive before the load out of the collector's reach for the load's length (``gc.freeze``): in a
+    process holding torch a full collection is a stall of ~50 ms on whichever send or chunk is due (docs/serving.md).
+    The young generations still run, so a long sweep's garbage is still collected."""
     gc.collect()
     gc.freeze()
     try:
@@ -311,12 +304,9 @@ def _gc_frozen() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _pinned(cpus: Sequence[int] | None) -> Iterator[None]:
-    """This thread on ``cpus`` inside the block (Linux: a thread's own affinity; pid 0 is the calling thread).
-
-    Why: on a 2-core machine with the server bound to core 0, an unpinned client was sometimes scheduled beside it
-    and sent late. With both clients of benchmarks/serve_agreement.py pinned to core 1 (22:58 UTC, 4 pairs), our
-    client read TTFT 0.96-1.37 ms above the loopback capture against 1.01-8.03 ms unpinned (22:48 UTC), and the
-    highest dispatch delay p99 at poisson:4 was 0.93 ms against 2.10 ms (docs/serving.md)."""
+    """This thread on ``cpus`` inside the block (Linux: a thread's own affinity; pid 0 is the calling thread). Why:
+    an unpinned client was sometimes scheduled beside the server and sent late (docs/serving.md, "Pinning the load
+    generator pays")."""
     if not cpus or not hasattr(os, "sched_setaffinity"):
         yield
         return

@@ -91,7 +91,7 @@ def compute(result: LoadResult, slos_ms: Mapping[str, float] | None = None) -> d
     out.update(_stats("dispatch_delay", [r.dispatch_delay_s * 1e3 for r in sent]))
     out["max_dispatch_delay_ms"] = max((r.dispatch_delay_s * 1e3 for r in sent), default=0.0)
     out.update(_stats("queue_wait", [r.queue_s * 1e3 for r in sent]))
-    out["client_cpu_share"] = result.client_cpu_share
+    out["client_cpu_share"] = result.client_cpu_s / dur if dur > 0 else 0.0  # CPU s per wall s: 1.0 = one core busy
     out["errors"] = dict(Counter(r.error[:120] for r in recs if not r.success))
     return out
 

@@ -251,11 +251,10 @@ def vllm_env(kv_cache_space_gib: int = 1, cpus: Sequence[int] | None = None) -> 
     (``cpus``: this process's affinity), which stays free for the load generator.
 
     Why: vLLM's CPU engine keeps its OpenMP threads on every core it is given, and a client that then waits for a
-    core sends its requests late. Measured on a quiet 2-core EPYC at poisson:4 (docs/serving.md): dispatch delay p99
-    14-20 ms with the engine on both cores, 0.24-0.32 ms with it bound to core 0 (client pinned or not). The
-    server's speed is then that of one core fewer; a machine with one core keeps vLLM's default. The server's whole
-    process tree gets the same cores (``Server(cpus=server_cpus())``): with only the engine bound, the API server
-    process still ran beside the client and one stall set p99 at 13.9 ms in a run of 64 requests."""
+    core sends its requests late (dispatch delay p99 14-20 ms, 0.24-0.32 ms bound: docs/serving.md, "The engine on
+    one core fewer"). The server's whole process tree gets the same cores (``Server(cpus=server_cpus())``): with only
+    the engine bound, the API server process still ran beside the client and one stall set p99 at 13.9 ms in a run of
+    64 requests."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_space_gib), "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from perfsuite.facts import vocabulary
@@ -28,8 +29,6 @@ def make_job(cell: Cell, metrics: list[str], *, generations: int, warmup: int, c
 def _absolute(model: str) -> str:
     """A checkpoint directory given relative to this process's cwd, as an absolute path: workers run elsewhere
     (``cwd`` = the perfsuite tree), where ``./m/model`` is another folder or none."""
-    from pathlib import Path
-
     from perfsuite.facts.models import PRESETS
 
     p = Path(model).expanduser()

@@ -118,9 +118,6 @@ def probe(side: Side, modules: tuple[str, ...] = (), timeout_s: float = 300) -> 
     return facts
 
 
-_SYNTAX = ("SyntaxError", "IndentationError", "TabError")
-
-
 def last_json(proc: ToolResult) -> dict[str, Any] | None:
     """The JSON object on the last line a side's module printed; None if there is none."""
     try:
@@ -139,7 +136,7 @@ def _raise_if_syntax(name: str, side: Side, failed: ToolResult | str) -> str:
     compiling the tree's package here, whatever the side's interpreter printed) and that fix. Else the text (a
     failed call's :func:`last_line`) back."""
     text = failed if isinstance(failed, str) else last_line(failed)
-    if not any(t in text for t in _SYNTAX):
+    if not any(t in text for t in ("SyntaxError", "IndentationError", "TabError")):
         return text
     for f in sorted((side.tree / "perfsuite").rglob("*.py")):
         try:

@@ -1,11 +1,9 @@
 """The coordinator's handle on one zygote: a pre-imported interpreter (``python -m perfsuite.measure.worker
 serve``) that forks a fresh worker per job.
 
-A zygote may serve both sides of an A/B (perfsuite.measure.worker.pool.pair_pools): every worker forked from one
-zygote shares its draws (layout, hash seed, the pages of what it imported), so with one zygote per side identical
-code differs by a fixed offset for the whole run (docs/gate.md, "One zygote for both sides"). Such a zygote
-preloads third-party modules only; each child imports its side's tree (``"tree"`` in the request). Replies are told
-apart by pid: a shared zygote runs the two workers of a lockstep pair at once.
+A zygote may serve both sides of an A/B (perfsuite.measure.worker.pool.pair_pools says why); each child then
+imports its side's tree (``"tree"`` in the request). Replies are told apart by pid: a shared zygote runs the two
+workers of a lockstep pair at once.
 """
 
 from __future__ import annotations
