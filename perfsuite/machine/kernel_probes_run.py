@@ -89,10 +89,9 @@ COLD = ("no cached answer for this environment in {dir} (a cold cache: probing i
 
 def machine_info(cache_dir: Any = None, probe: bool = False, timeout_s: float = 120.0,
                  environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """What a run records about its kernels (``machine_info.perfsuite.kernels``): probe name -> present, source,
-    detail. From the cache only, unless ``probe`` (a baseline recording: it must say which kernels its machine had,
-    so a cold cache is filled, one subprocess); otherwise a cold cache gives ``{"not_probed": why}``. Injected
-    answers (``PERFSUITE_KERNEL_PROBES``) are recorded as such. Never raises: the facts are context."""
+    """What a run records about its kernels (``machine_info.perfsuite.kernels``, docs/doctor.md): from the cache
+    only, unless ``probe`` (a baseline recording fills a cold cache); otherwise a cold cache gives
+    ``{"not_probed": why}``. Never raises: the facts are context."""
     try:
         inj = injected(environ)
         base = (run_cached(cache_dir, timeout_s) if probe else cached(cache_dir)) if set(PROBES) - set(inj) else {}
