@@ -31,6 +31,7 @@ from perfsuite.machine.preflight import LoadSample, sample_load
 MODES = ("auto", "cell")  # or a positive thread count ("1")
 BUSY_CORES = 0.25  # the load check's own threshold (preflight.LoadPolicy.max_other_cores)
 SMALL_CPUS = 2  # up to this many usable cores an A/B's two sides run with one OpenMP thread each (measured on 2)
+_OWN_POOLS = "ONNX Runtime and vLLM cells keep their own threads; thread mode 'cell' measures every cell at its default"
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,7 @@ def decide(sample: LoadSample, environs: Mapping[str, Mapping[str, str]], cpus: 
         seen = sample.describe() if other is None else f"{other:.2f} of {cpus} cores busy outside this run"
         return ThreadChoice(1, cpus, other, (
             f"threads: both sides measured with OMP_NUM_THREADS=1 on this {cpus}-core machine ({seen}): a pair's "
-            "waiting side would otherwise spin on the cores of the side being timed (ONNX Runtime and vLLM cells keep "
-            "their own threads; thread mode 'cell' measures every cell at its default)"))
+            f"waiting side would otherwise spin on the cores of the side being timed ({_OWN_POOLS})"))
     if other is None:
         return ThreadChoice(None, cpus, None, f"threads: each cell's own default ({sample.describe()})")
     threads = max(1, math.floor(cpus - other + BUSY_CORES))
@@ -78,8 +78,7 @@ def decide(sample: LoadSample, environs: Mapping[str, Mapping[str, str]], cpus: 
                                                f"outside this run{leaves})")
     return ThreadChoice(threads, cpus, other, (
         f"threads: a co-tenant holds {other:.2f} of {cpus} cores ({sample.describe()}); both sides measured with "
-        f"OMP_NUM_THREADS={threads} so that their threads do not wait for a descheduled sibling (ONNX Runtime and vLLM "
-        "cells keep their own threads; thread mode 'cell' measures every cell at its default)"))
+        f"OMP_NUM_THREADS={threads} so that their threads do not wait for a descheduled sibling ({_OWN_POOLS})"))
 
 
 def parse_mode(mode: str) -> int | None:

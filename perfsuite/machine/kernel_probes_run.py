@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.facts import identity_hash
-from perfsuite.machine.external import kill_group
+from perfsuite.machine.external import TIMED_OUT, run_tool
 from perfsuite.machine.kernel_probes import PROBES, ProbeResult, check, injected, merged
 
 SCHEMA = 1
@@ -89,10 +88,9 @@ COLD = ("no cached answer for this environment in {dir} (a cold cache: probing i
 
 def machine_info(cache_dir: Any = None, probe: bool = False, timeout_s: float = 120.0,
                  environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """What a run records about its kernels (``machine_info.perfsuite.kernels``): probe name -> present, source,
-    detail. From the cache only, unless ``probe`` (a baseline recording: it must say which kernels its machine had,
-    so a cold cache is filled, one subprocess); otherwise a cold cache gives ``{"not_probed": why}``. Injected
-    answers (``PERFSUITE_KERNEL_PROBES``) are recorded as such. Never raises: the facts are context."""
+    """What a run records about its kernels (``machine_info.perfsuite.kernels``, docs/doctor.md): from the cache
+    only, unless ``probe`` (a baseline recording fills a cold cache); otherwise a cold cache gives
+    ``{"not_probed": why}``. Never raises: the facts are context."""
     try:
         inj = injected(environ)
         base = (run_cached(cache_dir, timeout_s) if probe else cached(cache_dir)) if set(PROBES) - set(inj) else {}
@@ -112,41 +110,25 @@ def run_subprocess(timeout_s: float) -> tuple[dict[str, ProbeResult], bool]:
     env.pop("PERFSUITE_KERNEL_PROBES", None)
     with tempfile.TemporaryDirectory(prefix="perfsuite-kernel-probes-") as tmp:
         out = Path(tmp) / "probes.json"
-        proc = subprocess.Popen([sys.executable, "-m", "perfsuite.machine.kernel_probes_run", str(out)], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        try:
-            _, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _killpg(proc)
+        # its own process group, killed whole on a timeout or Ctrl-C, and after it exits (what its libraries left)
+        proc = run_tool([sys.executable, "-m", "perfsuite.machine.kernel_probes_run", str(out)], timeout_s, env=env)
+        if proc.rc == TIMED_OUT and proc.problem:
             return _all(None, f"probe process did not finish within {timeout_s:.0f} s (killed)"), False
-        except BaseException:
-            _killpg(proc)
-            raise
-        kill_group(proc)  # anything the probe's libraries left running in its group
         try:
             data = json.loads(out.read_text())
             answers = {n: ProbeResult(n, data[n]["present"], data[n]["detail"]) for n in PROBES}
         except (OSError, ValueError, KeyError, TypeError):
-            tail = (err or b"").decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-            return _all(None, f"probe process exited with {proc.returncode}: {tail[0][:300]}"), False
-    return answers, proc.returncode == 0
+            tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+            return _all(None, f"probe process exited with {proc.rc}: {tail[0][:300]}"), False
+    return answers, proc.rc == 0
 
 
 def _all(present: bool | None, detail: str) -> dict[str, ProbeResult]:
     return {n: ProbeResult(n, present, detail) for n in PROBES}
 
 
-def _killpg(proc: subprocess.Popen[bytes]) -> None:
-    kill_group(proc)
-    try:
-        proc.communicate(timeout=10)  # reaps it and closes the stderr pipe
-    except (subprocess.TimeoutExpired, ValueError):
-        proc.kill()
-        proc.wait()
-
-
 def main(argv: list[str]) -> int:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # vLLM logs to stdout: the answers go to the file, its logs nowhere
     answers = {n: check(n, environ={}).as_dict() for n in PROBES}
     Path(argv[0]).write_text(json.dumps(answers))
     return 0

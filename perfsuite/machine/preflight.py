@@ -1,16 +1,9 @@
 """Pre-flight checks for recording baselines (``--perf-update-baselines``), run before anything is measured: a
 baseline recorded on a contended machine is wrong for as long as it is kept (two recording runs at once both stored
-TTFT 100x the normal one).
-
-* :func:`check_writable`: ``baselines/<class>/`` (or the nearest folder above it) takes a new file, tried for real,
-  so a read-only checkout fails before the matrix runs, not after.
-* :class:`SuiteLock`: one ``flock`` per user and machine, held exclusively while a run measures; each holder leaves
-  its pid and command line beside the lock, so a refusal names the other run. A recording run refuses at once when
-  another holds it; an ordinary run waits for it (:func:`lock_wait_s`), saying for whom: two runs measuring at once
-  slowed each other ~4x and their drift notes read as nonsense. The kernel drops a lock when its holder dies: a
-  crashed run never blocks the next one.
-* :func:`sample_load`: CPU time spent in ~0.5 s outside this process tree (the machine's CPU times minus our own
-  tree's, both from psutil), the busiest other processes named, and the load average.
+TTFT 100x the normal one). Every run also holds the :class:`SuiteLock` while it measures: two runs measuring at once
+slowed each other ~4x and their drift notes read as nonsense. A recording run refuses at once when another holds it;
+an ordinary run waits for it (:func:`lock_wait_s`). The kernel drops a lock when its holder dies: a crashed run never
+blocks the next one.
 
 Linux only (``fcntl``; psutil's per-process times elsewhere differ); elsewhere :func:`sample_load` reports itself
 unavailable and the lock is a no-op.
@@ -295,12 +288,8 @@ def _busy_steal() -> tuple[float, float]:
 
 def _procs() -> dict[int, tuple[str, float]]:
     """pid -> (name, user + system CPU seconds) for every readable process."""
-    out = {}
-    for p in psutil.process_iter(["name", "cpu_times"]):
-        times = p.info["cpu_times"]
-        if times is not None:
-            out[p.pid] = (p.info["name"] or "?", times.user + times.system)
-    return out
+    return {p.pid: (p.info["name"] or "?", t.user + t.system) for p in psutil.process_iter(["name", "cpu_times"])
+            if (t := p.info["cpu_times"]) is not None}
 
 
 def _tree(root: int) -> set[int]:

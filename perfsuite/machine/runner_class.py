@@ -124,10 +124,8 @@ def legacy_of(runner_class: str, caps: capabilities.CpuCapabilities | None = Non
 
 
 def recorded_class(machine_info: Mapping[str, Any]) -> str | None:
-    """The runner class of a stored run (its ``machine_info``) in today's naming: a run recorded before classes
-    carried the tier (no ``cpu_tier`` in ``machine_info.perfsuite``) whose class is the one detected then
-    (``cpu-<model>-<N>c``, not an override) is of class ``cpu-<model>-<tier>-<N>c``, the tier derived from the CPU
-    flags the run recorded. Any other run is of the class it names."""
+    """The runner class of a stored run (its ``machine_info``) in today's naming (the module docstring): a pre-tier
+    run (no ``cpu_tier``) of the class detected then, not an override, is renamed; any other keeps its class."""
     ps = machine_info.get("perfsuite") if isinstance(machine_info, Mapping) else None
     if not isinstance(ps, Mapping):
         return None

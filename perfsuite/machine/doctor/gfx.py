@@ -7,15 +7,10 @@ with a *decimal* stepping, ``gfx9010`` for gfx90a; ``HSA_OVERRIDE_GFX_VERSION`` 
 :func:`normalize` turns all of them into ``gfx90a``.
 
 Whether code built for one arch runs on another follows LLVM's generic processor families
-(https://llvm.org/docs/AMDGPUUsage.html, "AMDGPU Generic Processors"): members of one family share an ISA a
-generic code object can target; gfx908 and gfx90a belong to no family. That is also why an
-``HSA_OVERRIDE_GFX_VERSION`` inside a family (an RX 6700 XT, gfx1031, presented as gfx1030) usually works and one
-across families (an MI250X, gfx90a, presented as gfx900 by the seed's ``9.0.0``) loads code objects whose
-instructions the device does not have.
-
-NVIDIA: a cubin for ``sm_XY`` runs on devices of the same major X and minor >= Y; PTX (``compute_XY``) can be
-JIT-compiled for newer devices. torch's own check (``torch.cuda._check_cubins``) wants an ``sm_`` of the device's
-major in ``torch.cuda.get_arch_list()``.
+(https://llvm.org/docs/AMDGPUUsage.html, "AMDGPU Generic Processors"), so an ``HSA_OVERRIDE_GFX_VERSION`` inside a
+family usually works and one across families loads instructions the device does not have. NVIDIA: a cubin for
+``sm_XY`` runs on major X, minor >= Y (``torch.cuda._check_cubins``); PTX is JIT-compiled. docs/doctor.md,
+"Predicting hipErrorNoBinaryForGpu", walks through the table.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """How close a cell runs to the hardware's limit (the model's byte and FLOP counts: perfsuite.facts.model_shape);
-docs/doctor.md ("Roofline efficiency") gives the conventions and the checked figures.
-
-Decode is memory-bound: the bytes of a step (every weight once, the B gathered embedding rows unless tied to the LM
-head, and the KV cache at the mean context prompt + new/2) over TPOT is the achieved bandwidth, a share of the copy
-bandwidth measured at run start and of the datasheet figure. Prefill is compute-bound: useful FLOPs over TTFT
-against a measured matmul peak and the datasheet peak.
-
-A CPU decode working set that fits the last-level cache (tiny-llama's 14 MB of float32 weights in a 32 MiB L3) is
-served from it after the first step (it read 108 % of DRAM's peak): such a cell is ``cache-resident`` and its share
-is of a copy within the LLC, not of DRAM. A share above 100 % is not a share: it is left out (``None``) and
-``bandwidth_above_peak`` says by how much and why. ``roofline_bound``: ``cache-resident`` or ``dram`` (CPU, by the
-LLC size), ``llc-unknown`` (CPU, no size read), ``device-memory`` (GPU).
+docs/doctor.md ("Roofline efficiency") gives the conventions, the keys and the checked figures. Decode is memory-bound
+(bytes per step over the step time, against the copy bandwidth), prefill compute-bound (useful FLOPs over TTFT,
+against the matmul peak). A CPU decode working set that fits the last-level cache is served from it after the first
+step (tiny-llama's 14 MB in a 32 MiB L3 read 108 % of DRAM's peak): it is ``cache-resident``, compared with a copy
+within the LLC. A share above 100 % is not a share: it is left out and ``bandwidth_above_peak`` says why.
 """
 
 from __future__ import annotations

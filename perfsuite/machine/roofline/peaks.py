@@ -77,9 +77,9 @@ def measure_copy_bandwidth(device: str = "cpu", nbytes: int | None = None, repea
         if i > 0:  # the first copy pays page faults (CPU) / lazy allocation
             rates.append(2 * n * 4 / dt)
     del src, dst
-    return Measured(max(rates), statistics.median(rates), n * 4, repeats,
-                    f"torch copy_ of 2 x {n * 4 / 2**20:.0f} MiB float32 on {device} "
-                    f"({torch.get_num_threads()} threads)" if device == "cpu" else f"torch copy_ of {n * 4 / 2**20:.0f} MiB on {device}, CUDA/HIP events")
+    how = (f"2 x {n * 4 / 2**20:.0f} MiB float32 on {device} ({torch.get_num_threads()} threads)" if device == "cpu"
+           else f"{n * 4 / 2**20:.0f} MiB on {device}, CUDA/HIP events")
+    return Measured(max(rates), statistics.median(rates), n * 4, repeats, f"torch copy_ of {how}")
 
 
 def measure_matmul_flops(device: str = "cpu", dtype: str = "float32", n: int | None = None,
@@ -90,14 +90,13 @@ def measure_matmul_flops(device: str = "cpu", dtype: str = "float32", n: int | N
     n = n or (1024 if device == "cpu" else 8192)
     a = torch.randn(n, n, dtype=getattr(torch, dtype), device=device)
     b = torch.randn(n, n, dtype=getattr(torch, dtype), device=device)
+    sync = torch.cuda.synchronize if device != "cpu" else lambda device: None
     rates = []
     for i in range(repeats + 1):
-        if device != "cpu":
-            torch.cuda.synchronize(device)
+        sync(device)
         t0 = time.perf_counter()
         torch.matmul(a, b)
-        if device != "cpu":
-            torch.cuda.synchronize(device)
+        sync(device)
         dt = time.perf_counter() - t0
         if i > 0:
             rates.append(2 * n**3 / dt)
