@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command, measuring
+from perfsuite.adapters.cli._common import add_command, measuring, usage_errors
 from perfsuite.facts.errors import UsageError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -95,10 +95,8 @@ def points(args: argparse.Namespace) -> list[Any]:
                  "prefix_len": args.prefix_len, "prefix_groups": args.prefix_groups}
         if args.sharegpt:
             table["sharegpt_path"] = args.sharegpt
-        try:
+        with usage_errors(ValueError):
             out.append(point_from(table, "--load"))
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
     return out
 
 
@@ -109,10 +107,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--num-prompts must be >= 1 and --warmup >= 0")
     if not 0 <= args.max_failed_fraction < 1:
         raise UsageError(f"--max-failed-fraction {args.max_failed_fraction}: use a fraction from 0 to below 1")
-    try:
+    with usage_errors(ValueError):
         slos = metrics.parse_goodput(args.goodput) if args.goodput else None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     pts = points(args)
     url = None if args.start else check_url(args.base_url, args.allow_remote)
     with measuring("serve"):  # one perfsuite run measures at a time (the load generator times here)
@@ -159,10 +155,8 @@ def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slo
 
     from perfsuite.measure.serving.sweep import parse_rates, sweep
 
-    try:
+    with usage_errors(ValueError):
         rates = parse_rates(args.sweep)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     if pts[0].load.mode == "closed":
         raise UsageError("--sweep takes an open-loop --load (poisson, constant or gamma), not closed")
     sw = sweep(lambda rate: one(replace(pts[0], load=replace(pts[0].load, rate=rate))), rates)

@@ -50,14 +50,13 @@ def configure(config: pytest.Config) -> None:
             if not override:  # no GPU to fingerprint: only an explicit class lets the cells run (and skip)
                 raise
             rc, facts = "", {"device": device, "gpu": "none detected"}
-        update = options.flag(config, "update_baselines")
         inject.fraction_from_env()  # a malformed calibration knob is a usage error before anything runs
         precheck.check_thread_env(os.environ)  # so is a thread count the runtimes would silently ignore
         kernel_probes.injected()  # and a mistyped PERFSUITE_KERNEL_PROBES (else each affected cell fails with it)
         gate_config = parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
         settings = cfg.resolve(conf, profile=options.opt(config, "profile", "smoke"), device=device,
                                backends=options.opt(config, "backend", None), models=options.opt(config, "model", None),
-                               runner_class=override or rc, update_baselines=update,
+                               runner_class=override or rc, update_baselines=options.flag(config, "update_baselines"),
                                workers=options.opt(config, "workers", None))
     except (cfg.ConfigError, PolicyError, RuntimeError, ValueError, preflight.PreflightError,
             kernel_probes.ProbeError) as exc:
@@ -195,7 +194,6 @@ def report_header(session: PerfSession) -> list[str]:
 
 # --------------------------------------------------------------------------------------------- measuring
 def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, Any]:
-    """Every selected cell, measured once per session in worker processes, in a random interleaved order."""
     from perfsuite.machine import precheck, preflight
     from perfsuite.orchestrate import plan as planning
 
