@@ -88,16 +88,13 @@ def served_model(base_url: str) -> str:
 def points(args: argparse.Namespace) -> list[Any]:
     from perfsuite.measure.serving.point import point_from
 
-    out = []
-    for spec in args.load or ["poisson:4"]:
-        table = {"load": spec, "num_prompts": args.num_prompts, "warmup": args.warmup, "seed": args.seed,
-                 "dataset": args.dataset, "input_len": args.input_len, "output_len": args.output_len,
-                 "prefix_len": args.prefix_len, "prefix_groups": args.prefix_groups}
-        if args.sharegpt:
-            table["sharegpt_path"] = args.sharegpt
-        with usage_errors(ValueError):
-            out.append(point_from(table, "--load"))
-    return out
+    table = {"num_prompts": args.num_prompts, "warmup": args.warmup, "seed": args.seed, "dataset": args.dataset,
+             "input_len": args.input_len, "output_len": args.output_len, "prefix_len": args.prefix_len,
+             "prefix_groups": args.prefix_groups}
+    if args.sharegpt:
+        table["sharegpt_path"] = args.sharegpt
+    with usage_errors(ValueError):
+        return [point_from({"load": spec, **table}, "--load") for spec in args.load or ["poisson:4"]]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,7 +1,6 @@
 """What the plugin's hooks and fixtures do (perfsuite.plugin declares them and forwards here): build and run the
-typed :class:`~perfsuite.orchestrate.session.PerfSession`. A usage problem is a :class:`Refused` (the plugin makes it
-``pytest.UsageError`` or ``pytest.exit``); a gate verdict is a ``GateOutcome`` that :func:`enforce` raises in the
-calling test. Imports nothing heavy at module level (the plugin imports this module)."""
+typed :class:`~perfsuite.orchestrate.session.PerfSession`. Imports nothing heavy at module level (the plugin imports
+this module)."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class Refused(Exception):
 
 # ----------------------------------------------------------------------------------------------- configure
 def configure(config: pytest.Config) -> None:
-    """Resolve the settings and the runner class, stash the session, and (before pytest-benchmark builds its own
-    session: its configure is trylast) point its storage at ``baselines/<runner-class>/``."""
+    """Resolve the settings and the runner class, stash the session, point pytest-benchmark's storage at ours."""
     from perfsuite.machine import kernel_probes, precheck, preflight, signals
     from perfsuite.measure.backends import inject
     from perfsuite.verdict.policy import PolicyError, parse_config
@@ -153,8 +151,7 @@ def unconfigure(session: PerfSession) -> None:
 
 # -------------------------------------------------------------------------------------------- machine info
 def machine_info(session: PerfSession) -> dict[str, Any]:
-    """``machine_info["perfsuite"]`` of a pytest-benchmark run: the runner class, the facts behind it, the
-    machine's doctor facts, its kernels, the load check and the measured peaks."""
+    """``machine_info["perfsuite"]`` of a pytest-benchmark run."""
     from perfsuite.machine import kernel_probes_run  # which kernels this machine had: cached, probed when recording
 
     info: dict[str, Any] = {"schema_version": baselines.SCHEMA_VERSION, "runner_class": session.runner_class,
