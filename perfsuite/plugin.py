@@ -61,10 +61,9 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksessio
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perf_cell" in metafunc.fixturenames:
         session = metafunc.config.stash[SESSION_KEY]
-        cells = session.settings.cells()
         unfit = session.settings.unfit
         params = [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=unfit[c.id])] if c.id in unfit else [])
-                  for c in cells]
+                  for c in session.settings.cells()]
         # module scope groups the tests of one cell together in the report
         metafunc.parametrize("perf_cell", params, scope="module")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.facts import config as cfg
+from perfsuite.facts.errors import UsageError
 from perfsuite.facts.schema import parse_duration as parse_duration  # re-exported: the commands' one duration parser
 
 
@@ -20,6 +21,15 @@ def add_command(sub: Any, name: str, help_: str, doc: str | None,
                                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=main)
     return p
+
+
+@contextlib.contextmanager
+def usage_errors(*errors: type[Exception]) -> Iterator[None]:
+    """Re-raise another module's ``errors`` (bad input: a config, a policy, an option value) as a UsageError."""
+    try:
+        yield
+    except errors as exc:
+        raise UsageError(str(exc)) from None
 
 
 def project_root() -> Path:
@@ -37,19 +47,16 @@ def check_locations(*items: tuple[Path | None, str, str], cache: bool = False) -
     """Before any work: every output location (``(path, option, "file" | "folder")``) and, with ``cache`` (a
     command that measures here), the model cache takes a file and the thread-count variables are readable; else
     one UsageError line naming the option or variable and the fix."""
-    from perfsuite.facts.errors import UsageError
     from perfsuite.machine import precheck
 
     todo = list(items)
     if cache:
         path, named_by = precheck.cache_location(None)
         todo.append((path, named_by, "folder"))
-    try:
+    with usage_errors(precheck.PreflightError):
         precheck.check_locations(todo)
         if cache:
             precheck.check_thread_env(os.environ)
-    except precheck.PreflightError as exc:
-        raise UsageError(str(exc)) from None
 
 
 @contextlib.contextmanager
@@ -57,16 +64,13 @@ def measuring(command: str) -> Iterator[None]:
     """Held while a command measures here: the suite lock an ordinary pytest run takes, so two perfsuite runs do not
     slow each other. Another run measuring: wait for it (``PERFSUITE_LOCK_WAIT_S``), saying so once, then a
     UsageError line naming it."""
-    from perfsuite.facts.errors import UsageError
     from perfsuite.machine import preflight
 
     def say(line: str) -> None:
         print(line.replace("perfsuite:", f"perfsuite {command}:", 1), file=sys.stderr, flush=True)
 
-    try:
+    with usage_errors(preflight.PreflightError):
         lock = preflight.SuiteLock(exclusive=False, measuring=True).acquire(wait_s=preflight.lock_wait_s(), say=say)
-    except preflight.PreflightError as exc:
-        raise UsageError(str(exc)) from None
     try:
         yield
     finally:

@@ -105,7 +105,7 @@ def _tree(path: str | None, side: str) -> Path:
 
 # ---------------------------------------------------------------------------------------------------- main
 def main(args: argparse.Namespace) -> int:
-    from perfsuite.adapters.cli._common import measuring  # (here: the module line would not fit on one line)
+    from perfsuite.adapters.cli._common import measuring, usage_errors  # (here: the module line would not fit)
     from perfsuite.machine import cotenant, precheck
     from perfsuite.measure.worker import pool
     from perfsuite.verdict.policy import PolicyError, load_config
@@ -114,10 +114,8 @@ def main(args: argparse.Namespace) -> int:
     budget = parse_duration(args.budget)
     if args.max_pairs < 2:
         raise UsageError("--max-pairs must be >= 2")
-    try:
+    with usage_errors(PolicyError):
         config = load_config(args.config, alpha=args.alpha, ab_threshold=args.threshold, ab_margin=args.margin)
-    except PolicyError as exc:
-        raise UsageError(str(exc)) from None
     envs = {s: _env(getattr(args, f"{s}_env"), s) for s in ("a", "b")}
     threads = cotenant.choose({s.upper(): dict(env) for s, env in envs.items()}, args.threads)
     seed_env = cotenant.hash_seed_env({s.upper(): dict(env) for s, env in envs.items()}, random.Random(args.seed))
@@ -137,6 +135,7 @@ def main(args: argparse.Namespace) -> int:
 def _measure(args: argparse.Namespace, sides: dict[str, Any], config: Any, budget: float, threads: Any,
              seed_env: tuple[tuple[str, str], ...]) -> int:
     """The measured part, under the suite lock: the budget covers probes, plans, then the pairs."""
+    from perfsuite.adapters.cli._common import usage_errors
     from perfsuite.measure.worker import pool
     from perfsuite.orchestrate import abloop, twotree
     from perfsuite.verdict import confirm_decision as decision
@@ -145,10 +144,8 @@ def _measure(args: argparse.Namespace, sides: dict[str, Any], config: Any, budge
     started = time.monotonic()
     plan_args = {"profile": args.profile, "backend": args.backend, "model": args.model, "device": args.device,
                  "cells": args.cells}
-    try:
+    with usage_errors(pool.SideError):
         plans, facts = twotree.prepare(sides, plan_args)
-    except pool.SideError as exc:
-        raise UsageError(str(exc)) from None
     tau, eps = math.log1p(config.ab_threshold), math.log1p(config.ab_margin)
     out_dir = args.out
     if out_dir is not None:
@@ -206,8 +203,8 @@ def _measure(args: argparse.Namespace, sides: dict[str, Any], config: Any, budge
              f"alpha on Student-t intervals at "
              f"{' and '.join(map(str, sequential.FEW_LOOKS))} pairs" if any(m.cs.looks for m in members) else "")
           + (f"; workers in {out_dir}" if out_dir else ""))
-    operators = {}
-    if stop_reason != "interrupted" and args.operators > 0:  # a regressed cell's operator diff (profile pairs after the decision, not timed)
+    operators = {}  # a regressed cell's operator diff (profile pairs after the decision, not timed)
+    if stop_reason != "interrupted" and args.operators > 0:
         from perfsuite.orchestrate.opdiff_run import operator_diff
         from perfsuite.verdict.opdiff import lines as op_lines
 
@@ -226,8 +223,7 @@ def _measure(args: argparse.Namespace, sides: dict[str, Any], config: Any, budge
               "a": _side_facts(sides["a"]), "b": _side_facts(sides["b"]), "alpha": config.alpha,
               "threads": threads.as_dict(), "hash_seed": dict(seed_env).get("PYTHONHASHSEED"),
               "zygote": res.zygote, "pairs_mode": "lockstep" if res.lockstep else "sequential",
-              "ab_threshold": config.ab_threshold,
-              "ab_margin": config.ab_margin,
+              "ab_threshold": config.ab_threshold, "ab_margin": config.ab_margin,
               "budget_s": budget, "setup_s": setup_s, "pair_walls_s": list(run.pair_walls),
               "elapsed_s": elapsed, "stopped": stop_reason, "interrupted": stop_reason == "interrupted",
               "pairs": pairs, "verdicts": rows, "operators": operators}

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command
+from perfsuite.adapters.cli._common import add_command, usage_errors
 from perfsuite.facts import config as cfg
 from perfsuite.facts.errors import UsageError
+from perfsuite.machine.external import run_tool
 
 
 @dataclass(frozen=True)
@@ -49,10 +48,8 @@ def register(subparsers: Any) -> None:
 def _baselines_dir(given: str | None) -> Path:
     if given:
         return Path(given)
-    try:  # no [tool.perfsuite]: the built-in default, ./baselines
+    with usage_errors(cfg.ConfigError):  # no [tool.perfsuite]: the built-in default, ./baselines
         return cfg.load(cfg.find_pyproject(Path.cwd()), Path.cwd()).baselines_dir
-    except cfg.ConfigError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def plan(root: Path) -> list[Move]:
@@ -115,25 +112,17 @@ def _this_machine_gaps(root: Path, moves: list[Move]) -> None:
         _gaps_move(root, facts["legacy_runner_class"], rc, moves)
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
-    if shutil.which("git") is None:
-        return None
-    try:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
 def apply(move: Move) -> str:
     """Make one move, never over an existing path; returns how (``git mv`` or ``rename``)."""
     if move.dst.exists():
         raise UsageError(f"{move.dst} appeared while migrating; {move.src} was left where it is")
     move.dst.parent.mkdir(parents=True, exist_ok=True)
-    tracked = _git(move.src.parent, "ls-files", "--", move.src.name)
-    if tracked is not None and tracked.returncode == 0 and tracked.stdout.strip():
-        res = _git(move.src.parent, "mv", "--", move.src.name, str(move.dst.resolve()))
-        if res is None or res.returncode != 0:
-            raise UsageError(f"git mv {move.src} {move.dst} failed: {(res.stderr if res else 'no git').strip()}")
+    git = ["git", "-C", str(move.src.parent)]
+    tracked = run_tool([*git, "ls-files", "--", move.src.name], 60)
+    if tracked.ok and tracked.stdout.strip():
+        res = run_tool([*git, "mv", "--", move.src.name, str(move.dst.resolve())], 60)
+        if not res.ok:
+            raise UsageError(f"git mv {move.src} {move.dst} failed: {(res.stderr or res.problem).strip()}")
         return "git mv"
     if move.src.is_dir():
         os.rename(move.src, move.dst)

@@ -26,8 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command, check_locations, measuring, parse_duration
-from perfsuite.facts.errors import UsageError
+from perfsuite.adapters.cli._common import add_command, check_locations, measuring, parse_duration, usage_errors
 from perfsuite.verdict.confirm_decision import interval_text
 
 
@@ -58,13 +57,11 @@ def main(args: argparse.Namespace) -> int:
 
     check_locations((args.json, "--json", "file"), cache=True)
     budget = parse_duration(args.budget)
-    try:
+    with usage_errors(PolicyError, CannotConfirm, bisect.BisectError):
         config = load_config(args.config)
         top = toplevel(Path.cwd())
         good, bad = bisect.resolve(top, args.good, "good"), bisect.resolve(top, args.bad, "bad")
         commits = bisect.first_parent_commits(top, good, bad)
-    except (PolicyError, CannotConfirm, bisect.BisectError) as exc:
-        raise UsageError(str(exc)) from None
     rel = TREE.relative_to(top) if TREE == top or top in TREE.parents else Path(".")
 
     def say(line: str) -> None:

@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perfsuite.adapters.cli._common import measuring  # (here: the module line would not fit on one line)
+    from perfsuite.adapters.cli._common import measuring, usage_errors  # (here: the module line would not fit)
     from perfsuite.facts.cells import cell_from_dict
     from perfsuite.measure.worker import pool
     from perfsuite.orchestrate import serving_calibrate as serve_calibrate
@@ -71,17 +71,13 @@ def main(args: argparse.Namespace) -> int:
     if args.pairs < 0:
         raise UsageError(f"--pairs must be >= 0 (A/A lockstep pairs per cell and run), not {args.pairs}")
     gap = parse_duration(args.gap, "--gap") if args.gap not in ("0", "0s") else 0.0
-    try:
+    with usage_errors(PolicyError):
         config = load_config(args.config)
-    except PolicyError as exc:
-        raise UsageError(str(exc)) from None
     side = pool.this_side()
     plan_args = {"profile": args.profile, "backend": args.backend, "model": args.model, "device": "cpu",
                  "cells": args.cells}
-    try:
+    with usage_errors(pool.SideError):
         plan = pool.plan(side, plan_args)
-    except pool.SideError as exc:
-        raise UsageError(str(exc)) from None
     serve_conf, serving = serve_calibrate.select(args.profile, plan_args, side.tree)
     if not plan["cells"] and not serving:
         raise UsageError("no cell selected; check --profile/--backend/--model/--cells (serving cells: --cells "

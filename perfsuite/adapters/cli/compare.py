@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command, check_locations
+from perfsuite.adapters.cli._common import add_command, check_locations, usage_errors
 from perfsuite.facts.errors import UsageError
 from perfsuite.orchestrate import load
 from perfsuite.verdict import report, values
@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     check_locations((args.json, "--json", "file"))
-    try:
+    with usage_errors(PolicyError, load.InputError):
         config = load_config(args.config, alpha=args.alpha, baseline_runs=args.baseline_runs)
         base = load.load_runs(args.base)
         cls = load.runner_class_of(base[0])
@@ -45,19 +45,16 @@ def main(args: argparse.Namespace) -> int:
             current = load.load_runs(args.current, runner_class=cls, role="current")
         except load.InputError as exc:
             raise load.InputError(f"{exc} (baseline {args.base} is runner class {cls!r})") from None
-    except (PolicyError, load.InputError) as exc:
-        raise UsageError(str(exc)) from None
     verdicts = compare_runs(base, current, config, args.correction)
     if not verdicts:
         raise UsageError(f"no benchmark of {args.current} has a baseline in {args.base} (matched by fullname or "
                          "name); nothing gated")
     adj = holm_adjusted([v.p_worse for v in verdicts])
-    idx = [p for p in adj if p is not None]
     for line in report.table(verdicts, adj if args.correction == "holm" else None):
         print(line)
     n_base = min(len(base), config.baseline_runs)
     print(f"baseline: {n_base} run(s) of {args.base}; current: {len(current)} run(s); alpha={config.alpha:g} "
-          f"family-wise ({args.correction} over {len(idx)} statistical metrics)")
+          f"family-wise ({args.correction} over {sum(p is not None for p in adj)} statistical metrics)")
     missing = unmatched(base, current)
     if missing:
         print(f"not gated (no baseline): {', '.join(values.short_name(m) for m in missing)}")

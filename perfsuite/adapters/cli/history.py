@@ -109,11 +109,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{db.path}: schema {SCHEMA_VERSION}")
         return 0
     with _open(args, readonly=True) as db:
-        if action == "show":
-            return _show(db, args)
-        if action == "export":
-            return _export(db, args)
-        return _changepoints(db, args)
+        return {"show": _show, "export": _export, "changepoints": _changepoints}[action](db, args)
 
 
 def _ingest(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command, check_locations
+from perfsuite.adapters.cli._common import add_command, check_locations, usage_errors
 from perfsuite.facts.errors import UsageError
 
 DEFAULT_BACKENDS = "torch,torch-compile,onnxruntime-cpu"
@@ -69,17 +69,16 @@ def _runner_class(args: argparse.Namespace) -> str:
 
     given, source = ((args.runner_class, "--runner-class") if args.runner_class else
                      (os.environ.get("PERFSUITE_RUNNER_CLASS"), "PERFSUITE_RUNNER_CLASS"))
-    try:
+    # an invalid class; --device cuda without a GPU; a bad PERFSUITE_CPU_FLAGS
+    with usage_errors(RuntimeError, ValueError):
         return validate(given, source) if given else detect(args.device)[0]
-    except (RuntimeError, ValueError) as exc:  # an invalid class; --device cuda without a GPU; bad PERFSUITE_CPU_FLAGS
-        raise UsageError(str(exc)) from None
 
 
 def _gaps(args: argparse.Namespace, rc: str) -> tuple[Any, Path, list[Any]]:
     """(GapSet, the file --write-known-gaps writes, the gaps that file need not repeat)."""
     from perfsuite.measure.ops import known_gaps
 
-    try:
+    with usage_errors(known_gaps.KnownGapsError, ValueError, RuntimeError):
         if args.known_gaps:
             path = Path(args.known_gaps)
             # the file given characterises this machine, unless its characterised_on says otherwise
@@ -89,8 +88,6 @@ def _gaps(args: argparse.Namespace, rc: str) -> tuple[Any, Path, list[Any]]:
         own = known_gaps.path_for(rc, directory)
         mine = {own, *found.files[-1:]} if found.renamed else {own}  # the class's file, maybe under its old name
         return found, own, [g for g in found.gaps if Path(g.source) not in mine]
-    except (known_gaps.KnownGapsError, ValueError, RuntimeError) as exc:
-        raise UsageError(str(exc)) from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -120,10 +117,8 @@ def main(args: argparse.Namespace) -> int:
     bad = [c for c in classes if c not in SHAPE_CLASSES]
     if bad:
         raise UsageError(f"--classes: unknown shape class(es) {', '.join(bad)}; use {', '.join(SHAPE_CLASSES)}")
-    try:
+    with usage_errors(profiles.ProfileError):
         profile = profiles.selected(args.profile, source="--profile" if args.profile else None)
-    except profiles.ProfileError as exc:
-        raise UsageError(str(exc)) from None
     bounds = args.bounds or ("large" if args.device == "cuda" else profiles.BOUNDS_OF[profile])
     examples = args.examples if args.examples is not None else profiles.SWEEP_EXAMPLES[profile]
     if examples < 1:

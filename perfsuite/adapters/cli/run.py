@@ -11,10 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import check_locations, project_root
+from perfsuite.adapters.cli._common import check_locations, project_root, usage_errors
 from perfsuite.facts import config as cfg
 from perfsuite.facts import runner_name
-from perfsuite.facts.errors import UsageError
 from perfsuite.facts.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, num_cell
 from perfsuite.machine import runner_class, signals
 from perfsuite.orchestrate import baselines
@@ -82,11 +81,9 @@ def _baseline_dir(root: Path, args: argparse.Namespace) -> tuple[str | None, Pat
         name = runner_class.detect("cpu")[0]
     if name is None:
         return None, None
-    try:
+    with usage_errors(ValueError, baselines.BaselineError):
         conf = cfg.load(cfg.find_pyproject(root), root)
         return name, baselines.class_dir(conf.baselines_dir, runner_name.validate(name))
-    except (ValueError, baselines.BaselineError) as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _by_cell(data: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:

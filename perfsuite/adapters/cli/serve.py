@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command, measuring
+from perfsuite.adapters.cli._common import add_command, measuring, usage_errors
 from perfsuite.facts.errors import UsageError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -88,18 +88,13 @@ def served_model(base_url: str) -> str:
 def points(args: argparse.Namespace) -> list[Any]:
     from perfsuite.measure.serving.point import point_from
 
-    out = []
-    for spec in args.load or ["poisson:4"]:
-        table = {"load": spec, "num_prompts": args.num_prompts, "warmup": args.warmup, "seed": args.seed,
-                 "dataset": args.dataset, "input_len": args.input_len, "output_len": args.output_len,
-                 "prefix_len": args.prefix_len, "prefix_groups": args.prefix_groups}
-        if args.sharegpt:
-            table["sharegpt_path"] = args.sharegpt
-        try:
-            out.append(point_from(table, "--load"))
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    return out
+    table = {"num_prompts": args.num_prompts, "warmup": args.warmup, "seed": args.seed, "dataset": args.dataset,
+             "input_len": args.input_len, "output_len": args.output_len, "prefix_len": args.prefix_len,
+             "prefix_groups": args.prefix_groups}
+    if args.sharegpt:
+        table["sharegpt_path"] = args.sharegpt
+    with usage_errors(ValueError):
+        return [point_from({"load": spec, **table}, "--load") for spec in args.load or ["poisson:4"]]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -109,10 +104,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--num-prompts must be >= 1 and --warmup >= 0")
     if not 0 <= args.max_failed_fraction < 1:
         raise UsageError(f"--max-failed-fraction {args.max_failed_fraction}: use a fraction from 0 to below 1")
-    try:
+    with usage_errors(ValueError):
         slos = metrics.parse_goodput(args.goodput) if args.goodput else None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     pts = points(args)
     url = None if args.start else check_url(args.base_url, args.allow_remote)
     with measuring("serve"):  # one perfsuite run measures at a time (the load generator times here)
@@ -159,10 +152,8 @@ def run(base_url: str, model: str, pts: list[Any], args: argparse.Namespace, slo
 
     from perfsuite.measure.serving.sweep import parse_rates, sweep
 
-    try:
+    with usage_errors(ValueError):
         rates = parse_rates(args.sweep)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     if pts[0].load.mode == "closed":
         raise UsageError("--sweep takes an open-loop --load (poisson, constant or gamma), not closed")
     sw = sweep(lambda rate: one(replace(pts[0], load=replace(pts[0].load, rate=rate))), rates)

@@ -14,9 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perfsuite.adapters.cli._common import add_command
+from perfsuite.adapters.cli._common import add_command, usage_errors
 from perfsuite.facts import config
-from perfsuite.facts.errors import UsageError
 
 
 def register(sub: Any) -> None:
@@ -31,27 +30,23 @@ def register(sub: Any) -> None:
 
 def cell_ids(profile: str, device: str, backends: str | None, models: str | None) -> list[str]:
     root = Path.cwd()
-    try:
+    with usage_errors(config.ConfigError):
         cfg = config.load(config.find_pyproject(root), root)
         settings = config.resolve(cfg, profile=profile, device=device, backends=backends, models=models,
                                   runner_class="shard", update_baselines=False)
-    except config.ConfigError as exc:
-        raise UsageError(str(exc)) from None
     return [c.id for c in settings.cells()]
 
 
 def main(args: argparse.Namespace) -> int:
     from perfsuite.orchestrate import shard
 
-    try:
+    with usage_errors(shard.ShardError):
         index, count = shard.parse(args.shard)
         ids = cell_ids(args.profile, args.device, args.backend, args.model)
         mine = shard.select(ids, index, count)
         if not mine:
             raise shard.ShardError(f"shard {index}/{count} is empty: {len(ids)} cell(s) over {count} shards; "
                                    f"use at most {len(ids)} shards")
-    except shard.ShardError as exc:
-        raise UsageError(str(exc)) from None
     if args.format == "ids":
         print("\n".join(mine))
     elif args.format == "json":

@@ -1,7 +1,6 @@
 """What the plugin's hooks and fixtures do (perfsuite.plugin declares them and forwards here): build and run the
-typed :class:`~perfsuite.orchestrate.session.PerfSession`. A usage problem is a :class:`Refused` (the plugin makes it
-``pytest.UsageError`` or ``pytest.exit``); a gate verdict is a ``GateOutcome`` that :func:`enforce` raises in the
-calling test. Imports nothing heavy at module level (the plugin imports this module)."""
+typed :class:`~perfsuite.orchestrate.session.PerfSession`. Imports nothing heavy at module level (the plugin imports
+this module)."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class Refused(Exception):
 
 # ----------------------------------------------------------------------------------------------- configure
 def configure(config: pytest.Config) -> None:
-    """Resolve the settings and the runner class, stash the session, and (before pytest-benchmark builds its own
-    session: its configure is trylast) point its storage at ``baselines/<runner-class>/``."""
+    """Resolve the settings and the runner class, stash the session, point pytest-benchmark's storage at ours."""
     from perfsuite.machine import kernel_probes, precheck, preflight, signals
     from perfsuite.measure.backends import inject
     from perfsuite.verdict.policy import PolicyError, parse_config
@@ -50,14 +48,13 @@ def configure(config: pytest.Config) -> None:
             if not override:  # no GPU to fingerprint: only an explicit class lets the cells run (and skip)
                 raise
             rc, facts = "", {"device": device, "gpu": "none detected"}
-        update = options.flag(config, "update_baselines")
         inject.fraction_from_env()  # a malformed calibration knob is a usage error before anything runs
         precheck.check_thread_env(os.environ)  # so is a thread count the runtimes would silently ignore
         kernel_probes.injected()  # and a mistyped PERFSUITE_KERNEL_PROBES (else each affected cell fails with it)
         gate_config = parse_config(conf.gate)  # a bad [tool.perfsuite.gate] is an error on every run
         settings = cfg.resolve(conf, profile=options.opt(config, "profile", "smoke"), device=device,
                                backends=options.opt(config, "backend", None), models=options.opt(config, "model", None),
-                               runner_class=override or rc, update_baselines=update,
+                               runner_class=override or rc, update_baselines=options.flag(config, "update_baselines"),
                                workers=options.opt(config, "workers", None))
     except (cfg.ConfigError, PolicyError, RuntimeError, ValueError, preflight.PreflightError,
             kernel_probes.ProbeError) as exc:
@@ -154,8 +151,7 @@ def unconfigure(session: PerfSession) -> None:
 
 # -------------------------------------------------------------------------------------------- machine info
 def machine_info(session: PerfSession) -> dict[str, Any]:
-    """``machine_info["perfsuite"]`` of a pytest-benchmark run: the runner class, the facts behind it, the
-    machine's doctor facts, its kernels, the load check and the measured peaks."""
+    """``machine_info["perfsuite"]`` of a pytest-benchmark run."""
     from perfsuite.machine import kernel_probes_run  # which kernels this machine had: cached, probed when recording
 
     info: dict[str, Any] = {"schema_version": baselines.SCHEMA_VERSION, "runner_class": session.runner_class,
@@ -195,7 +191,6 @@ def report_header(session: PerfSession) -> list[str]:
 
 # --------------------------------------------------------------------------------------------- measuring
 def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, Any]:
-    """Every selected cell, measured once per session in worker processes, in a random interleaved order."""
     from perfsuite.machine import precheck, preflight
     from perfsuite.orchestrate import plan as planning
 

@@ -20,8 +20,6 @@ from perfsuite.verdict.outcome import GateOutcome
 
 @dataclass
 class PerfRun:
-    """Handed to each perf test by the ``perf`` fixture: this cell's measurement, ready to record."""
-
     session: PerfSession
     cell: Cell
     result: CellResult
