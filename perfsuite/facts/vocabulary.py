@@ -11,7 +11,8 @@ Latency bases (milliseconds):
 Throughputs (tokens per second): ``output_throughput_tokens_per_s`` (vLLM's ``output_throughput`` per stream: batch x
 new tokens / mean e2el; only ``test_e2el``), ``decode_throughput_tokens_per_s`` (batch / mean TPOT; ``test_tpot``,
 which before 2026-12-01 stored it as output throughput), ``prefill_throughput_tokens_per_s`` (prompt tokens over
-TTFT; ``test_ttft`` and ``test_e2el``). Serving cells add ``vllm bench serve``'s run-level keys (:data:`SERVING_KEYS`).
+TTFT; ``test_ttft`` and ``test_e2el``). Serving cells add ``vllm bench serve``'s run-level keys
+(:data:`SERVING_THROUGHPUT`, ``completed``, ``failed``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ EXACT = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_res
 
 # vllm bench serve's own keys, as its --save-result JSON spells them
 SERVING_THROUGHPUT = ("request_throughput", "request_goodput", "output_throughput", "total_token_throughput")
-SERVING_KEYS = (*SERVING_THROUGHPUT, "completed", "failed")
 
 LATENCY_NAME = re.compile(rf"^(mean|median|min|p[1-9][0-9]?)_({'|'.join(LATENCIES)})_ms$")
 # what a stored run may hold per latency base: the summaries above, min (a gate statistic) and serving's std
