@@ -105,11 +105,8 @@ def settle(low: float, high: float, estimate: float, tau: float, d: Sequence[flo
     ``estimate``: log scale; ``d``: its log-ratios so far) and, for a ``suspected`` screen still open, the first
     stage. (kind, the first stage's interval when it refuted)."""
     kind = classify(low, high, estimate, tau, len(d))
-    if kind == "open" and suspected:
-        early = first_stage(d, tau, few)
-        if early is not None:
-            return "refuted", early
-    return kind, None
+    early = first_stage(d, tau, few) if kind == "open" and suspected else None
+    return ("refuted", early) if early is not None else (kind, None)
 
 
 @dataclass(frozen=True)
