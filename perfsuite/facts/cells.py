@@ -73,8 +73,7 @@ class Cell:
         return options_hash_of(self.as_dict(hashed=False))
 
     def as_dict(self, hashed: bool = True) -> dict[str, Any]:
-        d = asdict(self)
-        d["scenario"] = asdict(self.scenario)
+        d = asdict(self)  # the scenario too, recursively
         d["options"] = dict(self.options)
         d["model_dir"] = str(self.model_dir) if self.model_dir else None
         d["id"] = self.id

@@ -129,7 +129,6 @@ _SCENARIO_FIELDS = {
     "prompt_tokens": Field("int", "tokens of each prompt", minimum=1),
     "new_tokens": Field("int", "generated tokens (TPOT needs two)", minimum=2),
 }
-_SCENARIO_KEYS = set(_SCENARIO_FIELDS)
 _PROFILE_INTS = {"warmup_generations": Field("int", minimum=0), "generations": Field("int", minimum=1),
                  "worker_processes": Field("int", minimum=0)}
 _PROFILE_KEYS = {f for f in Profile.__dataclass_fields__ if f != "name"}
@@ -216,8 +215,8 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
     for name, sc in raw.get("scenarios", {}).items():
         sec = f"scenarios.{name}"
         _expect(isinstance(sc, Mapping), f"{_where('scenarios', name)} must be a table")
-        _unknown(sec, set(sc), _SCENARIO_KEYS)
-        missing = _SCENARIO_KEYS - set(sc)
+        _unknown(sec, set(sc), set(_SCENARIO_FIELDS))
+        missing = _SCENARIO_FIELDS.keys() - set(sc)
         _expect(not missing, f"{_where(sec, sorted(missing)[0]) if missing else ''}: missing (a scenario needs "
                              "batch_size, prompt_tokens and new_tokens)")
         scenarios[name] = Scenario(name, *(int(_checked(sec, k, sc[k], f)) for k, f in _SCENARIO_FIELDS.items()))

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.facts import vocabulary
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """``np.percentile`` with its default method (linear interpolation between closest ranks), which vLLM's
@@ -32,8 +34,6 @@ def aggregates(samples: Mapping[str, Sequence[float]], scenario: Any) -> dict[st
     """What a test's ``extra_info`` summarizes from its per-unit ``samples`` (``ttft_ms``, ``tpot_ms``, ...): vLLM's
     summaries of every latency base sampled, and the throughputs of a ``scenario`` (perfsuite.facts.cells.Scenario; its
     batch size, prompt and new tokens), as perfsuite.facts.vocabulary names them."""
-    from perfsuite.facts import vocabulary
-
     out: dict[str, float] = {}
     for name in vocabulary.LATENCIES:
         out.update(summarize(name, samples.get(f"{name}_ms", [])))

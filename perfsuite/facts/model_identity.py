@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.facts import cache_entry, identity_hash, models
+from perfsuite.facts.model_shape import ModelShape
 
 
 def of(name: str, cache_dir: Path | None = None) -> dict[str, Any]:
@@ -42,8 +43,6 @@ def of(name: str, cache_dir: Path | None = None) -> dict[str, Any]:
 
 
 def _preset(name: str) -> dict[str, Any]:
-    from perfsuite.facts.model_shape import ModelShape
-
     p = models.PRESETS[name]
     return {"name": name, "source": "preset", "config": p.digest, "weights": "seeded",
             "params": ModelShape.from_config(p.config).total_params()}

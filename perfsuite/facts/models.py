@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,7 +228,5 @@ def _materialize(preset: Preset, target: Path) -> None:
 
 def prompts(batch_size: int, prompt_tokens: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
     """Seeded token-id prompts, identical for every backend. Ids avoid the first 4 (special tokens)."""
-    import random
-
     rng = random.Random(f"{seed}-{batch_size}-{prompt_tokens}-{vocab_size}")
     return [[rng.randrange(4, vocab_size) for _ in range(prompt_tokens)] for _ in range(batch_size)]

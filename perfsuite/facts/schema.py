@@ -6,9 +6,12 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from perfsuite.facts.errors import UsageError
 
 KINDS = ("bool", "int", "float", "str", "strs", "table", "duration")
 
@@ -51,10 +54,6 @@ def checked(label: str, value: Any, spec: Field, error: type[Exception] = ValueE
 
 def parse_duration(text: str, what: str = "--budget") -> float:
     """``90s``, ``2m``, ``1h30m``, ``1.5m`` or plain seconds -> seconds; a clear UsageError otherwise."""
-    import re
-
-    from perfsuite.facts.errors import UsageError
-
     t = str(text).strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", t):
         seconds = float(t)
@@ -71,8 +70,6 @@ def parse_duration(text: str, what: str = "--budget") -> float:
 
 def duration_s(v: Any) -> float | None:
     """``"90s"``, ``"3m"``, ``"1h30m"`` or a positive number of seconds -> seconds; None if it is not one."""
-    from perfsuite.facts.errors import UsageError
-
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         return None
     try:

@@ -1,6 +1,6 @@
 """The one vocabulary of metric names, in vLLM's spelling (``vllm bench serve``: ``median_ttft_ms``, ``p99_itl_ms``,
-...), with their units, which way is better, which test produces them and which ``extra_info["samples"]`` key holds
-their per-unit values. Latency bases (milliseconds):
+...), with their units, which way is better and which ``extra_info["samples"]`` key holds their per-unit values.
+Latency bases (milliseconds):
 
 * ``ttft``: time to first token — the prefill, until the first tokens are on the host.
 * ``tpot``: time per output token after the first — per generation (e2el - ttft) / (n - 1); for ``test_tpot``, the
@@ -11,7 +11,8 @@ their per-unit values. Latency bases (milliseconds):
 Throughputs (tokens per second): ``output_throughput_tokens_per_s`` (vLLM's ``output_throughput`` per stream: batch x
 new tokens / mean e2el; only ``test_e2el``), ``decode_throughput_tokens_per_s`` (batch / mean TPOT; ``test_tpot``,
 which before 2026-12-01 stored it as output throughput), ``prefill_throughput_tokens_per_s`` (prompt tokens over
-TTFT; ``test_ttft`` and ``test_e2el``). Serving cells add ``vllm bench serve``'s run-level keys (:data:`SERVING_KEYS`).
+TTFT; ``test_ttft`` and ``test_e2el``). Serving cells add ``vllm bench serve``'s run-level keys
+(:data:`SERVING_THROUGHPUT`, ``completed``, ``failed``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ EXACT = ("generated_tokens", "peak_rss_bytes", "peak_allocated_bytes", "peak_res
 
 # vllm bench serve's own keys, as its --save-result JSON spells them
 SERVING_THROUGHPUT = ("request_throughput", "request_goodput", "output_throughput", "total_token_throughput")
-SERVING_KEYS = (*SERVING_THROUGHPUT, "completed", "failed")
 
 LATENCY_NAME = re.compile(rf"^(mean|median|min|p[1-9][0-9]?)_({'|'.join(LATENCIES)})_ms$")
 # what a stored run may hold per latency base: the summaries above, min (a gate statistic) and serving's std
@@ -49,7 +49,6 @@ class Metric:
     name: str
     unit: str  # ms | tokens/s | tokens | bytes
     direction: str  # lower_is_better | higher_is_better | equal
-    tests: tuple[str, ...]  # the offline tests whose extra_info holds it
     sample_key: str | None = None  # extra_info["samples"] key of its per-unit values
 
 
@@ -61,20 +60,14 @@ def sample_key(name: str) -> str | None:
 
 def describe(name: str) -> Metric | None:
     """What the vocabulary knows about ``name``; None for a name it does not own."""
-    m = LATENCY_NAME.match(name)
-    if m:
-        base = m.group(2)
-        tests = {"ttft": ("test_ttft", "test_e2el"), "tpot": ("test_tpot", "test_e2el"), "itl": ("test_tpot",
-                 "test_e2el"), "e2el": ("test_e2el",)}[base]
-        return Metric(name, "ms", "lower_is_better", tests, f"{base}_ms")
+    if m := LATENCY_NAME.match(name):
+        return Metric(name, "ms", "lower_is_better", f"{m.group(2)}_ms")
     if name in THROUGHPUT:
-        tests = {OUTPUT_THROUGHPUT: ("test_e2el",), DECODE_THROUGHPUT: ("test_tpot",),
-                 PREFILL_THROUGHPUT: ("test_ttft", "test_e2el")}[name]
-        return Metric(name, "tokens/s", "higher_is_better", tests)
+        return Metric(name, "tokens/s", "higher_is_better")
     if name == "generated_tokens":
-        return Metric(name, "tokens", "equal", tuple(f"test_{t}" for t in TIMED))
+        return Metric(name, "tokens", "equal")
     if name in EXACT:
-        return Metric(name, "bytes", "lower_is_better", tuple(f"test_{t}" for t in TIMED))
+        return Metric(name, "bytes", "lower_is_better")
     return None
 
 

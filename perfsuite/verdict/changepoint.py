@@ -1,15 +1,12 @@
-"""Change points in a history series: E-divisive means with a permutation test (Matteson & James, 2014).
-
-docs/history.md gives the method (the energy statistic Q of a split, the permutation test, the recursion). Choices:
+"""Change points in a history series: E-divisive means with a permutation test (Matteson & James, 2014). docs/history.md
+gives the method: the energy statistic Q of a split, the permutation test (seeded from the data, stopped once it cannot
+reach ``max_pvalue``), the recursion, positive series on the log scale. Choices beyond it:
 
 * Like MongoDB's signal-processing-algorithms and Hunter/Apache Otava, the right end of Y is the end of the
   segment (M&J also search that end; with recursion on the parts the extra search buys little and costs O(n^3)).
   Every split is O(n^2) from one distance matrix with prefix sums.
-* Positive series (latencies: multiplicative noise) are analysed on the log scale: a 5 % step is one shift.
 * ``min_size`` points on each side (default 3): a change needs 3 nightlies after it to be flagged, and a
   single odd night can never be a segment of its own.
-* Permutations seeded from the data (a nightly alert must not flicker), stopped once the test cannot reach
-  ``max_pvalue`` (Besag & Clifford's sequential Monte Carlo p-value: the same decision, less work).
 """
 
 from __future__ import annotations

@@ -17,15 +17,14 @@ KINDS = ("confirmed", "refuted", "inconclusive", "unconfirmed")
 # A suspected screen is confirmed by default only if this many A/B pairs of its cell fit the default confirmation's
 # budget: fewer pairs than this never decided a change under 10 % in campaigns 9 and 10 (docs/gate-evaluation.md; the
 # torch cell's default confirmations there took 33-73 pairs at ~2 s a pair). A cell whose A/B decides on few pairs
-# (vLLM: an engine start per side, 31-34 s a pair; perfsuite.verdict.sequential, "Few pairs") needs FEW_LOOKS[-1].
+# (vLLM: an engine start per side, 31-34 s a pair; docs/gate.md, "vLLM pairs") needs FEW_LOOKS[-1].
 MIN_PAIRS = 10
 
 
 def suspected(v: Any, pair_s: float | None, budget_s: float, min_pairs: int = MIN_PAIRS) -> tuple[bool, str]:
     """Whether an inconclusive screen ``v`` (a perfsuite.verdict.decide.Verdict) is A/B-confirmed by default, and why:
-    its interval cannot rule out a slowdown beyond its threshold, and ``min_pairs`` A/B pairs of its cell (each
-    ``pair_s`` seconds, from this session's own processes) fit the ``budget_s`` of a default confirmation (a cell
-    whose A/B decides on few pairs, vLLM's: the last of FEW_LOOKS)."""
+    its interval reaches beyond its threshold, and ``min_pairs`` A/B pairs of its cell (``pair_s`` seconds each, from
+    this session's processes; few-pairs cells: the last of FEW_LOOKS) fit the ``budget_s`` of a default confirmation."""
     if v.ratio is None or v.ci_low is None or v.ci_high is None:
         return False, "the screen has no interval"
     worst = v.ci_high - 1 if v.direction != "higher_is_better" else 1 / v.ci_low - 1
@@ -52,10 +51,9 @@ REFUTE_ALPHA = 0.05
 
 def first_stage(d: Sequence[float], tau: float, few: bool = False, alpha: float = REFUTE_ALPHA
                 ) -> tuple[float, float] | None:
-    """``d``: a suspected metric's log(B/A) per pair (> 0 slower), ``tau``: its log threshold. At a look (``len(d)``
-    in REFUTE_LOOKS; ``few``, a cell whose A/B decides on few pairs: in FEW_LOOKS), the interval whose upper end is
-    the one-sided (1 - alpha / the number of looks) signed-rank bound (``few``: Student-t bound), when that end is
-    below ``tau`` (the metric is refuted); otherwise None."""
+    """``d``: a suspected metric's log(B/A) per pair, ``tau``: its log threshold. At a look (REFUTE_LOOKS; ``few``:
+    FEW_LOOKS), the interval whose upper end is the one-sided (1 - alpha / looks) signed-rank bound (``few``:
+    Student-t), when that end is below ``tau`` (refuted); otherwise None."""
     looks = FEW_LOOKS if few else REFUTE_LOOKS
     if len(d) not in looks:
         return None
@@ -80,11 +78,10 @@ FIRST_STAGE = stage_text()
 
 
 def equivalent(d: Sequence[float], eps: float, alpha: float = REFUTE_ALPHA) -> tuple[float, float] | None:
-    """``perfsuite ab`` on a cell whose A/B decides on few pairs: at a look (``len(d)`` in FEW_LOOKS), Schuirmann's
-    two one-sided tests, each at ``alpha / len(FEW_LOOKS)``: the two-sided t interval at twice that inside
-    ``(-eps, eps)`` (log scale) makes the metric unchanged. Like the first stage it only ever ends an A/B as
-    unchanged: a change exactly at the margin passes as unchanged with probability <= ``alpha``; the false-alarm rate
-    (regression on unchanged code) is the sequence's and the looks' at the gate's alpha."""
+    """``perfsuite ab`` on a cell whose A/B decides on few pairs: at a look (FEW_LOOKS), Schuirmann's two one-sided
+    tests, each at ``alpha / len(FEW_LOOKS)``: the t interval inside ``(-eps, eps)`` (log scale) makes the metric
+    unchanged. It only ever ends an A/B as unchanged (a change exactly at the margin passes with probability <=
+    ``alpha``): the false-alarm rate stays the sequence's and the looks' at the gate's alpha."""
     if len(d) not in FEW_LOOKS:
         return None
     got = t_interval(d, 2 * alpha / len(FEW_LOOKS))
@@ -95,15 +92,11 @@ EQUIVALENT = (f"equivalence at a look: the two one-sided {100 * (1 - REFUTE_ALPH
               "Student-t bounds are inside the margin")
 
 
-def classify(low: float, high: float, estimate: float, tau: float, n: int, min_pairs: int = 2) -> str:
-    """Log-scale interval, Hodges-Lehmann estimate and threshold -> confirmed | refuted | open."""
-    if n < min_pairs:
+def classify(low: float, high: float, estimate: float, tau: float, n: int) -> str:
+    """Log-scale interval, Hodges-Lehmann estimate and threshold -> confirmed | refuted | open (below 2 pairs)."""
+    if n < 2:
         return "open"
-    if low > 0 and estimate > tau:
-        return "confirmed"
-    if high < tau:
-        return "refuted"
-    return "open"
+    return "confirmed" if low > 0 and estimate > tau else "refuted" if high < tau else "open"
 
 
 def settle(low: float, high: float, estimate: float, tau: float, d: Sequence[float], suspected: bool,
@@ -112,11 +105,8 @@ def settle(low: float, high: float, estimate: float, tau: float, d: Sequence[flo
     ``estimate``: log scale; ``d``: its log-ratios so far) and, for a ``suspected`` screen still open, the first
     stage. (kind, the first stage's interval when it refuted)."""
     kind = classify(low, high, estimate, tau, len(d))
-    if kind == "open" and suspected:
-        early = first_stage(d, tau, few)
-        if early is not None:
-            return "refuted", early
-    return kind, None
+    early = first_stage(d, tau, few) if kind == "open" and suspected else None
+    return ("refuted", early) if early is not None else (kind, None)
 
 
 @dataclass(frozen=True)
@@ -223,13 +213,12 @@ def decided(screen: str, f: Finding | None, *, on_unconfirmed: str, screen_only:
         if screen == "inconclusive":
             return "inconclusive (screen only)" if screen_only else "inconclusive (not confirmed)"
         return screen
-    if f is None:
-        f = Finding("unconfirmed", "")
-    if f.kind == "confirmed":
+    kind = f.kind if f is not None else "unconfirmed"
+    if kind == "confirmed":
         return "REGRESSION (confirmed)"
-    if f.kind == "refuted":
+    if kind == "refuted":
         return "refuted as drift" if screen == "regression" else "unchanged (A/B)"
-    if f.kind == "inconclusive":
+    if kind == "inconclusive":
         return "inconclusive (A/B undecided)"
     if screen == "regression":
         return "REGRESSION (unconfirmed)" if on_unconfirmed == "fail" else "unconfirmed (passing)"

@@ -82,10 +82,8 @@ def diff(pairs: Sequence[tuple[Table, Table]], *, ratio: float | None = None, mi
         why = next((str(t.get("skip") or t.get("error")) for p in pairs for t in p if t.get("skip") or t.get("error")),
                    "fewer than two profile pairs")
         return OpDiff(len(usable), tool, math.nan, math.nan, math.nan, math.nan, "unprofiled", reason=why)
-    a_tabs = [per_token(a) for a, _ in usable]
-    b_tabs = [per_token(b) for _, b in usable]
-    a_tot = [math.fsum(t.values()) for t in a_tabs]
-    b_tot = [math.fsum(t.values()) for t in b_tabs]
+    a_tabs, b_tabs = ([per_token(pair[side]) for pair in usable] for side in (0, 1))
+    a_tot, b_tot = ([math.fsum(t.values()) for t in tabs] for tabs in (a_tabs, b_tabs))
     own_log, _, own_hi = _interval([math.log(b / a) for a, b in zip(a_tot, b_tot, strict=True)], level)
     own = math.exp(own_log)
     # Time outside every operator (a sleep, a lock, I/O, Python between operators) is in the timed ratio but not in
@@ -104,11 +102,11 @@ def diff(pairs: Sequence[tuple[Table, Table]], *, ratio: float | None = None, mi
         a = [t.get(op, 0.0) for t in a_tabs]
         b = [t.get(op, 0.0) * s for t, s in zip(b_tabs, scale, strict=True)]
         excess, low, high = _interval([y - x * r for x, y in zip(a, b, strict=True)], level)
-        delta = math.fsum(b) / len(b) - math.fsum(a) / len(a)
-        share = delta / change if change > 0 else None
+        a_ms, b_ms = math.fsum(a) / len(a), math.fsum(b) / len(b)
+        share = (b_ms - a_ms) / change if change > 0 else None
         status = "new" if not any(a) else "gone" if not any(t.get(op) for t in b_tabs) else ""
         claimed = change > 0 and low > 0 and excess >= min_share * change
-        rows.append(OpRow(op, math.fsum(a) / len(a), math.fsum(b) / len(b), low, high, share, claimed, status))
+        rows.append(OpRow(op, a_ms, b_ms, low, high, share, claimed, status))
     rows.sort(key=lambda row: -abs(row.delta))
     verdict = "outside" if outside else "claimed" if any(row.claimed for row in rows) else \
         "spread" if change > 0 else "unclear"

@@ -1,25 +1,18 @@
-"""Sequential A/B decision with an always-valid confidence sequence (testing by betting; docs/gate.md).
+"""Sequential A/B decision with an always-valid confidence sequence (testing by betting). The method and its figures:
+docs/gate.md, "Sequential decision with an always-valid confidence sequence", "The budget's end spends the other half
+of alpha" and "vLLM pairs: few pairs decide".
 
-Data: one value per randomized pair, ``d_i = log(B_i / A_i)``. The coin-flip order inside a pair makes ``d_i -
-delta`` symmetric about 0 under a location shift ``delta``, whatever the noise (heavy tails, bimodal processes, a
-position effect). For each candidate shift ``m`` on a grid the wealth ``W_n(m) = prod_i (1 + lambda_i(m) * g((d_i -
-m) / c_i))`` bets on the sign of ``d_i - m``: ``g`` clipped to [-1, 1] (one wild pair moves the wealth by at most a
-factor 1 +- lambda), a scale ``c_i`` and bets ``lambda_i`` in [-1/2, 1/2] from past pairs only (predictable). At the
-true centre ``W_n(m)`` is a non-negative martingale, so by Ville's inequality ``P(sup_n W_n(m) >= 1/alpha) <=
-alpha``: the shifts whose wealth never reached the threshold cover the true one at every n at once (Waudby-Smith &
-Ramdas 2023, JRSS-B; the sign-flip test of Fisher/Pratt made sequential).
+Data: one value per randomized pair, ``d_i = log(B_i / A_i)``, symmetric about the true shift whatever the noise (the
+coin-flip order inside a pair). For each candidate shift ``m`` on a grid the wealth ``W_n(m) = prod_i (1 + lambda_i(m)
+* g((d_i - m) / c_i))`` bets on the sign of ``d_i - m``: ``g`` clipped to [-1, 1] (one wild pair moves the wealth by at
+most a factor 1 +- lambda), a scale ``c_i`` and bets ``lambda_i`` in [-1/2, 1/2] from past pairs only (predictable).
+By Ville's inequality the shifts whose wealth never reached the threshold cover the true one at every n at once
+(Waudby-Smith & Ramdas 2023, JRSS-B).
 
 The sequence runs at ``(1 - FINAL_SHARE) * alpha``; a stop blind to the values (budget, pair cap) closes it and
-intersects its interval with Wilcoxon's signed-rank interval at ``FINAL_SHARE * alpha`` (docs/gate.md, "The budget's
-end spends the other half of alpha").
-
-Few pairs (``looks``, for cells whose pair is an engine start per side: vLLM, ~32 s a pair on 2 cores): neither the
-sequence (a pair grows the wealth at most 1.5x: ~16 pairs before any shift is rejected at these alphas) nor the
-signed-rank test (n pairs give p >= 2^-n: 10 pairs at least) decides in the 5 pairs a 3-minute A/B holds. Such a
-sequence spends ``FINAL_SHARE * alpha`` on Student-t intervals at fixed pair counts instead (Bonferroni over the
-looks), each kept once taken; the signed-rank test is then not used. The t interval assumes pair values near normal:
-each is a median over the process's generations, and the coin-flip order makes them symmetric about the shift
-(above); a lone wild pair widens it (the SD grows with it) rather than moving it past zero.
+intersects its interval with Wilcoxon's signed-rank interval at ``FINAL_SHARE * alpha``. A sequence with ``looks``
+(few pairs: vLLM) spends that share on Student-t intervals at fixed pair counts instead (Bonferroni over the looks),
+each kept once taken.
 """
 
 from __future__ import annotations
@@ -195,11 +188,12 @@ class SeqDecision:
     note: str = ""
 
 
-def decide(cs: ConfidenceSequence, tau: float, eps: float, min_pairs: int = 2) -> SeqDecision:
-    """``tau``: regression threshold, ``eps``: equivalence margin, both log-scale (log1p of the relative value)."""
+def decide(cs: ConfidenceSequence, tau: float, eps: float) -> SeqDecision:
+    """``tau``: regression threshold, ``eps``: equivalence margin, both log-scale (log1p of the relative value); open
+    below 2 pairs."""
     lo, hi = cs.interval()
     est = cs.estimate() if cs.n else math.nan
-    if cs.n < min_pairs:
+    if cs.n < 2:
         return SeqDecision("open", est, lo, hi, cs.n)
     kind, note = "open", ""
     if lo > 0 and est > tau:

@@ -18,7 +18,7 @@ import numpy as np
 from scipy import stats as st
 from scipy.optimize import brentq
 
-STATISTICS = ("mean", "median", "min", "p1..p99")
+from perfsuite.facts.vocabulary import STATISTICS
 
 
 def statistic(values: Sequence[float], name: str) -> float:
@@ -66,14 +66,10 @@ def t_sf(x: float, df: float) -> float:
 
 def between_runs(baseline: Sequence[float], current: Sequence[float], *,
                  current_within_var: float | None = None, min_sd: float | None = None) -> Estimate:
-    """Run-level comparison (``baseline``: R >= 2 run values, ``current``: C >= 1), docs/gate.md step 3.
-
-    The variance of one run's log value, ``s^2``, comes from the spread of the baseline runs (process noise / W plus
-    drift between runs). With C >= 2 current runs the two spreads are pooled (Student's two-sample t, df = R + C -
-    2); with C = 1 this is the t *prediction* interval of one new run against R runs (df = R - 1).
-    ``current_within_var``: the current run's own variance (from its processes), used for it when larger (a
-    disturbed machine). ``min_sd``: a floor for ``s`` (``min_run_cv``: drift over hours that back-to-back baseline
-    runs cannot show).
+    """Run-level comparison (``baseline``: R >= 2 run values, ``current``: C >= 1), docs/gate.md step 3. With C >= 2
+    the two spreads are pooled (Student's two-sample t, df = R + C - 2); with C = 1 it is the t prediction interval of
+    one new run (df = R - 1). ``current_within_var``: the current run's own variance, used for it when larger;
+    ``min_sd``: a floor for the SD of one run's log value (``min_run_cv``).
     """
     y = np.log(np.asarray(baseline, dtype=float))
     z = np.log(np.asarray(current, dtype=float))

@@ -1,9 +1,6 @@
-"""Extraction: the numbers the gate compares, read from pytest-benchmark entries written by perfsuite.
-
-A run's value of a latency metric is the trimmed geometric mean of its worker processes' values (each the statistic
-over its own generations): one process slow for its whole life moves a 10-process run by a tenth, and from 5
-processes on the slowest and the fastest are dropped. Files from before process replication have one process.
-"""
+"""Extraction: the numbers the gate compares, read from pytest-benchmark entries written by perfsuite. A run's value
+of a latency metric is the trimmed geometric mean of its worker processes' values (docs/gate.md, step 1); files from
+before process replication have one process."""
 
 from __future__ import annotations
 
