@@ -8,10 +8,9 @@ from perfsuite.orchestrate.report.data import ReportData, latest_cells, pct_cell
 MAX_ROWS = 40
 
 
-def _cut(rows: list[str], total: int, what: str) -> list[str]:
+def _cut(rows: list[str], total: int, what: str) -> None:
     if total > MAX_ROWS:
         rows.append(f"\n… {total - MAX_ROWS} more {what} in report.html")
-    return rows
 
 
 def render(d: ReportData) -> str:
