@@ -101,10 +101,9 @@ class Confirmation:
 
     def run(self, ps: Any, items: Sequence[Any], results: Mapping[str, Any], say: Callable[[str], None],
             rootpath: Path) -> None:
-        gate = ps.gate
-        self.probe = ([self.machine_note] if self.machine_note else []) + machine.probe_lines(
-            ps.peaks, gate.runs[-gate.config.baseline_runs:])
-        libs = machine.version_diffs(ps.facts, gate.runs[-gate.config.baseline_runs:])
+        runs = ps.gate.runs[-ps.gate.config.baseline_runs:]
+        self.probe = ([self.machine_note] if self.machine_note else []) + machine.probe_lines(ps.peaks, runs)
+        libs = machine.version_diffs(ps.facts, runs)
         if libs:  # what changed besides the code: every verdict of this session says so
             self.probe.append(f"the baselines were recorded with other libraries: {'; '.join(libs)}; a change the "
                               "screen sees may be theirs, not the code's")
