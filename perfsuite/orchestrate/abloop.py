@@ -3,10 +3,8 @@
 
 Each pair measures one cell once on A and once on B in fresh worker processes of each side's own tree (lockstep:
 perfsuite.measure.lockstep, else one after the other in coin-flip order); every gated (cell, metric) is a
-:class:`Member` whose confidence sequence gets ``log(B / A)`` of the pair. The budget rule (:func:`run_pairs`, given
-the clock so that tests drive it with fake durations): a pair starts only if the slowest of the recent pairs would
-still fit, so the budget is overrun by less than one pair (the mean of past pairs overran 2 min by 51 s when the
-machine slowed down mid-run).
+:class:`Member` whose confidence sequence gets ``log(B / A)`` of the pair. :func:`run_pairs` is given the clock so
+that tests drive it with fake durations.
 """
 
 from __future__ import annotations
@@ -232,7 +230,8 @@ def run_pairs(pools: dict[str, Any], plans: dict[str, dict[str, Any]], cells: Se
             out_of_budget = False
             for cell in rng.sample(list(cells), len(cells)):
                 # The first pair always runs; then one starts only if the slowest of the last 6 would still end
-                # inside the budget, so the last one started ends less than one pair past it.
+                # inside the budget, so the last one started ends less than one pair past it (the mean of past pairs
+                # overran 2 min by 51 s when the machine slowed down mid-run).
                 if walls and clock() - t0 + max(walls[-6:]) > budget_s:
                     out_of_budget = True
                     break

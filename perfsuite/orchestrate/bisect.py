@@ -36,9 +36,6 @@ class Step:
     note: str = ""  # skip: why the tree does not import; the metric the change is of
     subject: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class Result:
@@ -55,7 +52,7 @@ class Result:
     def as_dict(self) -> dict[str, Any]:
         return {"good": self.good, "bad": self.bad, "first_bad": self.first_bad, "candidates": self.candidates,
                 "stopped": self.stopped, "tau": self.tau, "commits": self.commits,
-                "steps": [s.as_dict() for s in self.steps], "operators": self.operators}
+                "steps": [asdict(s) for s in self.steps], "operators": self.operators}
 
 
 def classify(low: float, high: float, estimate: float, tau: float) -> str:

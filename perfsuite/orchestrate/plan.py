@@ -159,12 +159,12 @@ def pooled_samples(procs: Sequence[ProcessResult], metric: str) -> dict[str, lis
     return out
 
 
-def describe_process(p: ProcessResult, metric_hint: str = "tpot") -> str:
+def describe_process(p: ProcessResult) -> str:
     if p.skip:
         return f"skipped: {p.skip}"
     if p.error:
         return f"failed: {p.error}"
-    m = p.metrics.get(metric_hint) or next(iter(p.metrics.values()), None)
+    m = p.metrics.get("tpot") or next(iter(p.metrics.values()), None)
     if m is None:
         return "no metrics"
     key = next((k for k in ("tpot_ms", "ttft_ms", "e2el_ms") if k in m.samples), None)

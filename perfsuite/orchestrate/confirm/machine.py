@@ -147,5 +147,4 @@ def version_diffs(facts: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -
 
 
 def _differ(a: Any, b: Any) -> bool:
-    """Both sides recorded the field (not None) and it differs."""
     return a is not None and b is not None and a != b

@@ -29,9 +29,7 @@ from perfsuite.orchestrate.plan import METRIC_OF_TEST, pooled_samples, process_e
 from perfsuite.verdict import confirm_decision as decision
 from perfsuite.verdict import outcome, sequential
 from perfsuite.verdict.confirm_config import ConfirmConfig
-from perfsuite.verdict.confirm_decision import MIN_PAIRS
 from perfsuite.verdict.policy import _LAT
-from perfsuite.verdict.sequential import FEW_LOOKS
 from perfsuite.verdict.values import short_name, trimmed_log_mean
 
 if TYPE_CHECKING:
@@ -103,10 +101,9 @@ class Confirmation:
 
     def run(self, ps: Any, items: Sequence[Any], results: Mapping[str, Any], say: Callable[[str], None],
             rootpath: Path) -> None:
-        gate = ps.gate
-        self.probe = ([self.machine_note] if self.machine_note else []) + machine.probe_lines(
-            ps.peaks, gate.runs[-gate.config.baseline_runs:])
-        libs = machine.version_diffs(ps.facts, gate.runs[-gate.config.baseline_runs:])
+        runs = ps.gate.runs[-ps.gate.config.baseline_runs:]
+        self.probe = ([self.machine_note] if self.machine_note else []) + machine.probe_lines(ps.peaks, runs)
+        libs = machine.version_diffs(ps.facts, runs)
         if libs:  # what changed besides the code: every verdict of this session says so
             self.probe.append(f"the baselines were recorded with other libraries: {'; '.join(libs)}; a change the "
                               "screen sees may be theirs, not the code's")
@@ -144,7 +141,7 @@ class Confirmation:
                             f"its threshold) in {time.monotonic() - t0:.0f} s"
                             + (f"; {early} refuted by the first stage (a look at "
                                  f"{' or '.join(map(str, decision.REFUTE_LOOKS))} pairs; vLLM cells: "
-                                 f"{' or '.join(map(str, FEW_LOOKS))})" if early else ""))
+                                 f"{' or '.join(map(str, sequential.FEW_LOOKS))})" if early else ""))
         if self.threads is not None and self.threads.threads is not None:
             self.summary.append("confirm " + self.threads.line)
         for (nodeid, metric), f in found.items():
@@ -345,8 +342,8 @@ def screen(ps: Any, items: Sequence[Any], results: Mapping[str, Any], inconclusi
             if v.exact or not _LAT.match(v.metric):
                 continue
             if v.kind == "inconclusive" and v.ratio is not None and inconclusive == "suspected":
-                take, why = decision.suspected(v, pair_seconds(res), suspected_budget_s,
-                                               FEW_LOOKS[-1] if scheduler.few_pairs(cell.backend) else MIN_PAIRS)
+                take, why = decision.suspected(v, pair_seconds(res), suspected_budget_s, sequential.FEW_LOOKS[-1]
+                                               if scheduler.few_pairs(cell.backend) else decision.MIN_PAIRS)
                 if not take:
                     left.append((item.nodeid, v.metric, why))
                     continue

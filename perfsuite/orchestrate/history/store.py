@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from perfsuite.facts.errors import UsageError
@@ -104,16 +104,13 @@ def _explain(path: Path, exc: sqlite3.Error) -> HistoryError:
     return HistoryError(f"{path}: SQLite error: {text}; nothing was changed")
 
 
-class History:
+class History(AbstractContextManager["History"]):
     """An open history database. Use :func:`open_history`; close with :meth:`close` or ``with``."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
         self.path = path
         self.conn = conn
         self.readonly = readonly
-
-    def __enter__(self) -> History:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

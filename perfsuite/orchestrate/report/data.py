@@ -111,7 +111,7 @@ def _newest_runs(db: History) -> list[Parsed]:
 
 
 def _ab_from_files(paths: list[Path]) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for path in paths:
         if not path.exists():
             raise UsageError(f"{path}: no such A/B result file")
@@ -119,22 +119,18 @@ def _ab_from_files(paths: list[Path]) -> list[dict[str, Any]]:
         if p.kind != "ab":
             raise UsageError(f"{path}: a benchmark run, not an A/B result; pass it with --run")
         doc = json.loads(p.payload or "{}")
-        for v in p.verdicts:
-            out.append({"test": v.get("test") or v.get("cell"), "metric": v.get("metric"),
-                        "verdict": v.get("kind") or v.get("verdict"), "ratio": v.get("ratio"), "payload": v,
-                        "commit_id": p.commit_id, "run_time": p.run_time, "doc": doc})
+        out += [{"test": v.get("test") or v.get("cell"), "metric": v.get("metric"),
+                 "verdict": v.get("kind") or v.get("verdict"), "ratio": v.get("ratio"), "payload": v,
+                 "commit_id": p.commit_id, "run_time": p.run_time, "doc": doc} for v in p.verdicts]
     return out
 
 
 def _ops_delta(cur: dict[str, Any], prev: dict[str, Any] | None) -> list[dict[str, Any]]:
     """New/fixed gaps against the known-gaps file, and cells whose status changed against a previous matrix."""
-    out: list[dict[str, Any]] = []
     gaps = cur.get("gaps") or {}
-    for kind in ("new", "fixed"):
-        for g in gaps.get(kind) or []:
-            out.append({"change": f"{kind} gap", "op": g.get("op") or g.get("gap"), "shape_class": g.get("shape_class"),
-                        "backend": g.get("backend"), "dtype": g.get("dtype"), "status": g.get("worst", "pass"),
-                        "detail": str(g.get("detail", ""))[:200]})
+    out = [{"change": f"{kind} gap", "op": g.get("op") or g.get("gap"), "shape_class": g.get("shape_class"),
+            "backend": g.get("backend"), "dtype": g.get("dtype"), "status": g.get("worst", "pass"),
+            "detail": str(g.get("detail", ""))[:200]} for kind in ("new", "fixed") for g in gaps.get(kind) or []]
     if prev is not None:
         def index(m: dict[str, Any]) -> dict[tuple[str, str, str, str], str]:
             return {(c["op"], c["shape_class"], c["backend"], c["dtype"]): c["worst"] for c in m.get("cells", [])}

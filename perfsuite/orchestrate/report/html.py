@@ -5,8 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from perfsuite.orchestrate.report import plots
-from perfsuite.orchestrate.report.data import ReportData, latest_cells
-from perfsuite.orchestrate.report.data import pct_cell as _pct
+from perfsuite.orchestrate.report.data import ReportData, latest_cells, pct_cell
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1100px;color:#1f2328;
@@ -45,7 +44,7 @@ def render(d: ReportData) -> str:
             cmd = f.ab_commands()
             rows.append([f"{escape(f.key.runner_class)}<br><code>{escape(f.key.cell_id)}</code> "
                          f"{escape(f.key.metric)}:{escape(f.key.name)}",
-                         f'<span class="{cls}">{_pct(f.change.change)} {f.kind}</span>'
+                         f'<span class="{cls}">{pct_cell(f.change.change)} {f.kind}</span>'
                          + (" <b>new</b>" if f.since <= d.new_within else ""),
                          f"{f.change.p_value:.3g}", f"<code>{escape(f.commit_range())}</code>", str(f.since),
                          "<br>".join(f"<code>{escape(c)}</code>" for c in cmd) or "—"])
@@ -68,7 +67,7 @@ def render(d: ReportData) -> str:
             ratio = a.get("ratio")
             rows.append([f"<code>{escape(str(a.get('test')))}</code>", escape(str(a.get("metric"))),
                          f'<span class="{"bad" if v == "regression" else ""}">{escape(v)}</span>',
-                         _pct(ratio - 1 if isinstance(ratio, (int, float)) else None),
+                         pct_cell(ratio - 1 if isinstance(ratio, (int, float)) else None),
                          escape(str(a.get("payload", {}).get("note", "")))])
         parts.append(_table(["test", "metric", "verdict", "change", "note"], rows))
 

@@ -3,16 +3,14 @@ we stay far below by listing what needs attention first and cutting long tables)
 
 from __future__ import annotations
 
-from perfsuite.orchestrate.report.data import ReportData, latest_cells
-from perfsuite.orchestrate.report.data import pct_cell as _pct
+from perfsuite.orchestrate.report.data import ReportData, latest_cells, pct_cell
 
 MAX_ROWS = 40
 
 
-def _cut(rows: list[str], total: int, what: str) -> list[str]:
+def _cut(rows: list[str], total: int, what: str) -> None:
     if total > MAX_ROWS:
         rows.append(f"\n… {total - MAX_ROWS} more {what} in report.html")
-    return rows
 
 
 def render(d: ReportData) -> str:
@@ -40,7 +38,7 @@ def render(d: ReportData) -> str:
             ci = f"{lo - 1:+.1%} … {hi - 1:+.1%}" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else "—"
             v = str(a.get("verdict") or "—")
             out.append(f"| `{a.get('test')}` | {a.get('metric')} | {'**' + v + '**' if v == 'regression' else v} | "
-                       f"{_pct(ratio - 1 if isinstance(ratio, (int, float)) else None)} | {ci} |")
+                       f"{pct_cell(ratio - 1 if isinstance(ratio, (int, float)) else None)} | {ci} |")
         _cut(out, len(d.ab), "verdicts")
         out.append("")
 
@@ -55,7 +53,7 @@ def render(d: ReportData) -> str:
             cmd = f.ab_commands()
             confirm = f"`{cmd[1]}`" if cmd else "—"
             out.append(f"| {f.key.runner_class} `{f.key.cell_id}` {f.key.metric}:{f.key.name} | "
-                       f"{'**' if f.kind == 'regression' else ''}{_pct(f.change.change)} {f.kind}"
+                       f"{'**' if f.kind == 'regression' else ''}{pct_cell(f.change.change)} {f.kind}"
                        f"{'**' if f.kind == 'regression' else ''}{new} | {f.change.p_value:.3g} | "
                        f"`{f.commit_range()}` | {f.since} | {confirm} |")
         _cut(out, len(rows), "change points")

@@ -36,8 +36,7 @@ def series(values: Sequence[float], labels: Sequence[str], changes: Sequence[tup
     x = list(range(len(values)))
     ax.plot(x, values, color=BLUE, lw=1, marker="o", ms=2.5)
     edges = [0, *(c[0] for c in changes), len(values)]
-    meds = [changes[0][1]] if changes else []
-    meds += [c[2] for c in changes]
+    meds = [changes[0][1], *(c[2] for c in changes)] if changes else []
     for i, m in enumerate(meds):
         ax.hlines(m, edges[i], edges[i + 1] - 1, colors=GREY, lw=2, alpha=0.8)
     for idx, before, after, regression in changes:
@@ -67,8 +66,7 @@ def ab(verdicts: Sequence[dict[str, Any]]) -> str | None:
     rows = [v for v in verdicts if isinstance(v.get("ratio"), (int, float))]
     if not rows:
         return None
-    dists = [(v, _value_lists(v.get("payload", {}))) for v in rows]
-    with_values = [(v, d) for v, d in dists if d]
+    with_values = [(v, vals) for v in rows if (vals := _value_lists(v.get("payload", {})))]
     ncols = 2 if with_values else 1
     fig, axes = plt.subplots(1, ncols, figsize=(7.2 if ncols == 2 else 5.5, 0.45 * len(rows) + 1.0), squeeze=False)
     ax = axes[0][0]
@@ -86,10 +84,8 @@ def ab(verdicts: Sequence[dict[str, Any]]) -> str | None:
     ax.set_title("A/B verdicts", fontsize=9, loc="left")
     if with_values:
         bx = axes[0][1]
-        data, names = [], []
-        for v, (a, b) in with_values:
-            data += [a, b]
-            names += [f"A {str(v.get('metric'))[:10]}", f"B {str(v.get('metric'))[:10]}"]
+        data = [xs for _, ab_values in with_values for xs in ab_values]
+        names = [f"{side} {str(v.get('metric'))[:10]}" for v, _ in with_values for side in "AB"]
         bp = bx.boxplot(data, orientation="horizontal", patch_artist=True, widths=0.6)
         for j, patch in enumerate(bp["boxes"]):
             patch.set_facecolor("#d6e4f5" if j % 2 == 0 else "#f5d6d6")
