@@ -8,7 +8,7 @@ what synchronizes the device, so the clock read right after a call measures fini
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,6 @@ class StepResult:
     state: Any = field(repr=False)  # backend-private: KV cache, positions, request handles ...
 
 
-@runtime_checkable
 class Backend(Protocol):
     """What every backend implements. One instance serves one cell (backend x model x dtype x scenario), built from
     the resolved cell (``cell.model_dir`` set) and the session's cache folder: ``cls(cell, cache_dir=...)``.
@@ -79,7 +78,6 @@ class Backend(Protocol):
 
 
 def has_steps(backend: Any) -> bool:
-    """Whether ``backend`` exposes prefill and decode steps."""
     return "tpot" in backend.timed_metrics
 
 

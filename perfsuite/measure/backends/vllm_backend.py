@@ -11,18 +11,13 @@ Mapping of the backend protocol onto the engine's step loop:
   rather than reporting a wrong per-token time.
 * After the last token: e2el = last token - add; TPOT = (e2el - ttft) / (n - 1), vLLM's benchmark definition.
 
-Engine core placement (cell option ``engine_core``): by default ``inproc`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
-the scheduler runs in this process, so one ``step()`` is exactly one engine iteration, synchronous with the host
-(the model itself still runs in a worker process, ``distributed_executor_backend="mp"``, so a worker crash,
-its OpenMP binding and its ``torch.set_num_threads`` patch stay out of this process). ``process`` is vLLM's
-default: the engine core is a separate process whose busy loop runs ahead of the host.
-
-Tensor parallelism: one worker process per rank (on the CPU, bound by
-:func:`~perfsuite.measure.backends.vllm_engine_args.cpu_bind_plan`). An AWQ cell of a float checkpoint runs the
-checkpoint :mod:`perfsuite.measure.quant.awq` builds (``info()["awq"]`` names it and its dequantized twin). The
-engine's processes: :mod:`perfsuite.measure.backends.vllm_engine`. vLLM's own per-request statistics
-(``RequestOutput.metrics``, the ``FinishedRequestStats`` handed to stat loggers) of the last finished generation:
-:meth:`VllmBackend.vllm_request_stats`, next to ours (:meth:`VllmBackend.request_timings`).
+Engine core placement (cell option ``engine_core``, default ``inproc``: one ``step()`` is exactly one engine
+iteration, synchronous with the host; the model runs in worker processes either way):
+:func:`~perfsuite.measure.backends.vllm_engine_args.engine_core_mode`. Tensor parallelism: one worker process per
+rank (on the CPU, bound by :func:`~perfsuite.measure.backends.vllm_engine_args.cpu_bind_plan`). An AWQ cell of a
+float checkpoint runs the checkpoint :mod:`perfsuite.measure.quant.awq` builds (``info()["awq"]``). The engine's
+processes: :mod:`perfsuite.measure.backends.vllm_engine`. vLLM's own per-request statistics of the last finished
+generation: :meth:`VllmBackend.vllm_request_stats`, next to ours (:meth:`VllmBackend.request_timings`).
 """
 
 from __future__ import annotations
@@ -86,24 +81,13 @@ class VllmBackend(EngineBackend, StepBackend):
         if sched.async_scheduling and not self.cell.option("async_scheduling", False):
             raise VllmEngineError("vLLM turned async scheduling on; the step-loop timing needs it off")
 
-    def _describe(self, kwargs: dict[str, Any], env: dict[str, str], cfg: Any) -> dict[str, Any]:
+    def _describe(self, cfg: Any) -> dict[str, Any]:
         return {
             "engine_api": "vllm.v1.engine.llm_engine.LLMEngine (add_request/step)",
             "engine_core": engine_core_mode(self.cell),
-            "engine_args": {k: v for k, v in kwargs.items() if k != "model"},
-            "engine_env": env,
             "resolved": {
-                "dtype": str(cfg.model_config.dtype).removeprefix("torch."),
-                "max_model_len": cfg.model_config.max_model_len,
-                "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
-                "chunked_prefill": bool(cfg.scheduler_config.enable_chunked_prefill),
-                "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
-                "enforce_eager": bool(cfg.model_config.enforce_eager),
                 "kv_cache_memory_bytes": getattr(cfg.cache_config, "kv_cache_memory_bytes", None),
                 "num_gpu_blocks": getattr(cfg.cache_config, "num_gpu_blocks", None),
-                "executor": cfg.parallel_config.distributed_executor_backend,
-                "tensor_parallel_size": cfg.parallel_config.tensor_parallel_size,
-                "quantization": cfg.model_config.quantization,
                 "device": str(cfg.device_config.device_type),
             },
         }

@@ -91,11 +91,11 @@ def is_awq_checkpoint(model_dir: Path) -> bool:
     return str(qc.get("quant_method", "")).lower() == "awq"
 
 
-def model_path_for(cell: Cell) -> tuple[str, dict[str, Any] | None]:
-    """The directory vLLM loads for a cell, and (AWQ cells) facts on the AWQ checkpoint built for it."""
-    path = str(cell.model_dir) if cell.model_dir is not None else cell.model
+def model_path_for(cell: Cell) -> tuple[str | None, dict[str, Any] | None]:
+    """The directory vLLM loads for a cell (None: the cell's own), and (AWQ cells) facts on the AWQ checkpoint built
+    for it."""
     if cell.quantization != "awq" or cell.model_dir is None or is_awq_checkpoint(cell.model_dir):
-        return path, None
+        return None, None
     from perfsuite.measure.quant import awq
 
     gs = cell.option("awq_group_size", None)
@@ -127,8 +127,7 @@ def _validation_config(cell: Cell, tmp: str) -> str | None:
         from perfsuite.measure.quant import awq
 
         gs = cell.option("awq_group_size", None)
-        src = {**src, "quantization_config": {"quant_method": "awq", "bits": awq.BITS, "zero_point": True,
-                                              "version": "gemm", "group_size": int(gs) if gs else 128}}
+        src = {**src, "quantization_config": awq.quantization_config(int(gs) if gs else 128)}
     (Path(tmp) / "config.json").write_text(json.dumps(src))
     return tmp
 
@@ -143,8 +142,7 @@ def validate_with_vllm(cell: Cell, kwargs_for: Any) -> str | None:
     from vllm import EngineArgs
 
     with tempfile.TemporaryDirectory(prefix="perfsuite-vllm-config-") as tmp:
-        path = _validation_config(cell, tmp) or (str(cell.model_dir) if cell.model_dir else cell.model)
-        kwargs = kwargs_for(path)
+        kwargs = kwargs_for(_validation_config(cell, tmp))  # None: the cell's own model
         try:
             env = engine_env(cell)
         except VllmPlacementError as exc:
