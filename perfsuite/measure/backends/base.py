@@ -35,9 +35,8 @@ class Backend(Protocol):
     """What every backend implements. One instance serves one cell (backend x model x dtype x scenario), built from
     the resolved cell (``cell.model_dir`` set) and the session's cache folder: ``cls(cell, cache_dir=...)``.
 
-    ``timed_metrics``: the tests whose rounds this backend times honestly: perfsuite.facts.vocabulary.TIMED for a backend
-    that exposes prefill and decode steps (:class:`StepBackend`), ``("e2el",)`` for one that only runs whole
-    generations (:class:`WholeBackend`: its ``generate`` is the timed call, its ``prefill``/``decode`` raise)."""
+    ``timed_metrics``: the tests whose rounds this backend times honestly (:class:`StepBackend`: all of
+    perfsuite.facts.vocabulary.TIMED; :class:`WholeBackend`: ``("e2el",)``, timing ``generate``)."""
 
     name: str
     timed_metrics: tuple[str, ...]

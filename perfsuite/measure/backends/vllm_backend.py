@@ -216,8 +216,7 @@ class VllmBackend(EngineBackend, StepBackend):
                          queued_s=m.scheduled_ts - m.queued_ts, tokens=m.num_generation_tokens,
                          num_preemptions=m.num_preemptions)
             if fin is not None:
-                d["e2el_s"] = fin.e2e_latency
-                d["mean_time_per_output_token_s"] = fin.mean_time_per_output_token
+                d.update(e2el_s=fin.e2e_latency, mean_time_per_output_token_s=fin.mean_time_per_output_token)
                 if m is not None and n > 1:  # the serving benchmark's TPOT, on vLLM's own clock
                     d["tpot_from_e2el_s"] = (fin.e2e_latency - m.first_token_latency) / (n - 1)
             theirs.append(d)

@@ -208,8 +208,7 @@ class EngineBackend:
     def availability(self) -> str | None:
         """Why the cell cannot run on this install, or None. The cell's option errors raise here (a usage error,
         not a skip), before vLLM sees anything."""
-        reason = platform_reason(self.cell)
-        if reason:
+        if reason := platform_reason(self.cell):
             return reason
         self.engine_args()
         return validate_with_vllm(self.cell, self.engine_args)
