@@ -30,11 +30,11 @@ from typing import Any
 
 from perfsuite.facts.cells import Cell
 from perfsuite.measure.backends.base import StepBackend, StepResult
-from perfsuite.measure.backends.vllm_common import INSTALL_HINT, VllmEngineError, VllmWorkerDied
+from perfsuite.measure.backends.vllm_common import VllmEngineError, VllmWorkerDied
 from perfsuite.measure.backends.vllm_engine import EngineBackend
 from perfsuite.measure.backends.vllm_engine_args import build_engine_args, engine_core_mode
 
-__all__ = ["INSTALL_HINT", "VllmBackend", "VllmEngineError", "VllmWorkerDied"]
+__all__ = ["VllmBackend", "VllmEngineError", "VllmWorkerDied"]
 
 MAX_IDLE_STEPS = 1000  # engine steps without any new token before we call the engine stuck
 

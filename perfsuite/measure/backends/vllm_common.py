@@ -18,8 +18,6 @@ from typing import Any
 from perfsuite.facts.cells import Cell
 from perfsuite.measure.backends.vllm_engine_args import VllmPlacementError, check_options, engine_env
 
-INSTALL_HINT = "install the cpu extra (pip install -e .[cpu]) or use the ROCm vLLM container"
-
 
 class VllmEngineError(RuntimeError):
     """The engine did something that breaks the measurement contract (wrong token count, no progress)."""
@@ -167,7 +165,8 @@ def platform_reason(cell: Cell) -> str | None:
     try:
         import vllm
     except Exception as exc:  # ImportError, or a broken install raising anything else on import
-        return f"vllm is not importable: {exc_message(exc)}; {INSTALL_HINT}"
+        return (f"vllm is not importable: {exc_message(exc)}; install the cpu extra (pip install -e .[cpu]) or use "
+                "the ROCm vLLM container")
     check_options(cell)  # an unknown or invalid option is the user's error: raise, never skip
     if cell.quantization not in ("none", "awq"):
         return f"vllm has no {cell.quantization} path in perfsuite (vllm cells take quantization none or awq)"
