@@ -8,7 +8,7 @@ what synchronizes the device, so the clock read right after a call measures fini
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,12 @@ class StepResult:
     state: Any = field(repr=False)  # backend-private: KV cache, positions, request handles ...
 
 
-@runtime_checkable
 class Backend(Protocol):
     """What every backend implements. One instance serves one cell (backend x model x dtype x scenario), built from
     the resolved cell (``cell.model_dir`` set) and the session's cache folder: ``cls(cell, cache_dir=...)``.
 
-    ``timed_metrics``: the tests whose rounds this backend times honestly: perfsuite.facts.vocabulary.TIMED for a backend
-    that exposes prefill and decode steps (:class:`StepBackend`), ``("e2el",)`` for one that only runs whole
-    generations (:class:`WholeBackend`: its ``generate`` is the timed call, its ``prefill``/``decode`` raise)."""
+    ``timed_metrics``: the tests whose rounds this backend times honestly (:class:`StepBackend`: all of
+    perfsuite.facts.vocabulary.TIMED; :class:`WholeBackend`: ``("e2el",)``, timing ``generate``)."""
 
     name: str
     timed_metrics: tuple[str, ...]
@@ -79,7 +77,6 @@ class Backend(Protocol):
 
 
 def has_steps(backend: Any) -> bool:
-    """Whether ``backend`` exposes prefill and decode steps."""
     return "tpot" in backend.timed_metrics
 
 

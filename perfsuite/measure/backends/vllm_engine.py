@@ -102,8 +102,8 @@ class EngineProcesses:
         total = (memory.peak_rss_bytes() or 0) + sum(memory.peak_rss_bytes(pid) or 0 for pid in self.alive())
         return total or None
 
-    def reap(self, timeout_s: float = SHUTDOWN_WAIT_S) -> list[int]:
-        """Wait for every recorded process to end; kill (and report) those still running after ``timeout_s``."""
+    def reap(self) -> list[int]:
+        """Wait for every recorded process to end; kill (and report) those still running after SHUTDOWN_WAIT_S."""
         import psutil
 
         self.collect(None)  # children started after load() recorded them (a TP rank spawned late)
@@ -111,17 +111,15 @@ class EngineProcesses:
         for pid in self.pids:
             with contextlib.suppress(psutil.NoSuchProcess):
                 procs.append(psutil.Process(pid))
-        _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-        killed = []
+        _, alive = psutil.wait_procs(procs, timeout=SHUTDOWN_WAIT_S)
         for p in alive:  # vLLM's shutdown left them: end them (they are ours, started by the engine)
-            killed.append(p.pid)
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
         psutil.wait_procs(alive, timeout=5)
         for h in self.handles:  # let multiprocessing collect its own children (no zombies left)
             with contextlib.suppress(Exception):
                 h.join(timeout=0)
-        return killed
+        return [p.pid for p in alive]
 
 
 def _process_handles(engine: Any) -> list[Any]:
@@ -203,15 +201,14 @@ class EngineBackend:
         """Build the engine (returns the ``LLMEngine``)."""
         raise NotImplementedError
 
-    def _describe(self, kwargs: dict[str, Any], env: dict[str, str], cfg: Any) -> dict[str, Any]:  # pragma: no cover
-        """After the start: the facts ``info()`` reports between ``engine_start_s`` and ``engine_pids``."""
+    def _describe(self, cfg: Any) -> dict[str, Any]:  # pragma: no cover - each its own
+        """After the start: the backend's own facts for ``info()``; its ``resolved`` keys join the shared ones."""
         raise NotImplementedError
 
     def availability(self) -> str | None:
         """Why the cell cannot run on this install, or None. The cell's option errors raise here (a usage error,
         not a skip), before vLLM sees anything."""
-        reason = platform_reason(self.cell)
-        if reason:
+        if reason := platform_reason(self.cell):
             return reason
         self.engine_args()
         return validate_with_vllm(self.cell, self.engine_args)
@@ -233,8 +230,22 @@ class EngineBackend:
         finally:
             self._procs.collect(self.engine)
         start_s = time.perf_counter() - t0
-        self._info = {"vllm": vllm.__version__, "engine_start_s": start_s,
-                      **self._describe(kwargs, env, self.engine.vllm_config), "engine_pids": list(self._procs.pids)}
+        cfg = self.engine.vllm_config
+        resolved = {  # what both backends report; _describe adds its own keys
+            "dtype": str(cfg.model_config.dtype).removeprefix("torch."),
+            "max_model_len": cfg.model_config.max_model_len,
+            "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
+            "chunked_prefill": bool(cfg.scheduler_config.enable_chunked_prefill),
+            "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
+            "enforce_eager": bool(cfg.model_config.enforce_eager),
+            "executor": cfg.parallel_config.distributed_executor_backend,
+            "tensor_parallel_size": cfg.parallel_config.tensor_parallel_size,
+            "quantization": cfg.model_config.quantization,
+        }
+        described = self._describe(cfg)
+        self._info = {"vllm": vllm.__version__, "engine_start_s": start_s, **described,
+                      "engine_args": {k: v for k, v in kwargs.items() if k != "model"}, "engine_env": env,
+                      "resolved": {**resolved, **described.get("resolved", {})}, "engine_pids": list(self._procs.pids)}
         if awq_info is not None:
             self._info["awq"] = awq_info
 

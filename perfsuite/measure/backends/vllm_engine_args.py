@@ -153,7 +153,8 @@ def build_engine_args(cell: Cell, model_path: str | None = None) -> dict[str, An
         "load_format": str(cell.option("load_format", "auto")),
         "disable_log_stats": False,
         "async_scheduling": bool(cell.option("async_scheduling", False)),
-        # Always a worker process for the model: a crash or a leak stays there; close() ends it.
+        # Always a worker process for the model: a crash, a leak, its OpenMP binding and its torch.set_num_threads
+        # patch stay there; close() ends it.
         "distributed_executor_backend": str(cell.option("executor", "mp")),
     })
     if not on_cpu:
@@ -168,10 +169,9 @@ def llm_engine_args(cell: Cell, model_path: str | None = None) -> dict[str, Any]
     ``gpu_memory_utilization`` / ``load_format`` / ``max_model_len`` options set. Async scheduling, the engine-core
     process, CUDA graphs / torch.compile, chunked prefill and the batch limits stay vLLM's."""
     kwargs = _cell_args(cell, model_path)
-    for key in ("enforce_eager", "gpu_memory_utilization", "load_format"):
-        if key in dict(cell.options):
-            kwargs[key] = cell.option(key)
-    if "max_model_len" in dict(cell.options):
+    opts = dict(cell.options)
+    kwargs.update({k: opts[k] for k in ("enforce_eager", "gpu_memory_utilization", "load_format") if k in opts})
+    if "max_model_len" in opts:
         kwargs["max_model_len"] = max_model_len(cell)
     return kwargs
 

@@ -1,16 +1,8 @@
-"""vLLM as its users run it: ``vllm.LLM(...).generate(...)`` with vLLM's defaults (backend name ``vllm-llm``).
-
-The step backend (:mod:`perfsuite.measure.backends.vllm_backend`) drives ``LLMEngine.step()`` with async scheduling and
-the engine-core process off, which is what makes its TTFT and inter-token latencies exact, but its figures then
-describe a non-default engine. This backend keeps vLLM's defaults (async scheduling, engine core in its own
-process, torch.compile / CUDA graphs unless ``enforce_eager``, chunked prefill, its batch limits) and times what a
-user's ``LLM.generate`` call costs, the way ``vllm bench latency`` does: one timed call = one generation of the
-batch, ``max_tokens = new_tokens``, ``ignore_eos`` (exactly n tokens, checked). The only departures from
-``vllm.LLM()``'s defaults are those ``vllm bench latency`` makes or that token-id prompts need (see
-:func:`~perfsuite.measure.backends.vllm_engine_args.llm_engine_args`).
-
-``generate()`` returns when the batch is done, so there is no honest TTFT or per-step time from the host: only whole
-generations are timed (a :class:`~perfsuite.measure.backends.base.WholeBackend`).
+"""vLLM as its users run it: ``vllm.LLM(...).generate(...)`` with vLLM's defaults (backend name ``vllm-llm``;
+docs/recipes.md, "vLLM as its users run it"). One timed call = one generation of the batch, the way ``vllm bench
+latency`` times it; the only departures from ``vllm.LLM()``'s defaults are in
+:func:`~perfsuite.measure.backends.vllm_engine_args.llm_engine_args`. ``generate()`` returns when the batch is done,
+so only whole generations are timed (a :class:`~perfsuite.measure.backends.base.WholeBackend`).
 """
 
 from __future__ import annotations
@@ -47,7 +39,7 @@ class VllmLlmBackend(EngineBackend, WholeBackend):
         self.llm = LLM(**kwargs)
         return self.llm.llm_engine
 
-    def _describe(self, kwargs: dict[str, Any], env: dict[str, str], cfg: Any) -> dict[str, Any]:
+    def _describe(self, cfg: Any) -> dict[str, Any]:
         from vllm import SamplingParams
 
         # As vllm bench latency asks: ignore_eos + max_tokens (no min_tokens, no per-request seed: both add work
@@ -56,23 +48,13 @@ class VllmLlmBackend(EngineBackend, WholeBackend):
                                   max_tokens=self.cell.scenario.new_tokens, ignore_eos=True, detokenize=False)
         return {
             "engine_api": "vllm.LLM.generate (vLLM's defaults)",
-            "engine_args": {k: v for k, v in kwargs.items() if k != "model"},
-            "engine_env": env, "timed_metrics": list(self.timed_metrics),
+            "timed_metrics": list(self.timed_metrics),
             "sampling": {"temperature": self._sp.temperature, "max_tokens": self._sp.max_tokens,
                          "ignore_eos": True},
             "resolved": {
-                "dtype": str(cfg.model_config.dtype).removeprefix("torch."),
-                "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
                 "enable_prefix_caching": bool(cfg.cache_config.enable_prefix_caching),
-                "chunked_prefill": bool(cfg.scheduler_config.enable_chunked_prefill),
                 "max_num_seqs": cfg.scheduler_config.max_num_seqs,
-                "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
-                "enforce_eager": bool(cfg.model_config.enforce_eager),
                 "compilation_mode": str(getattr(cfg.compilation_config, "mode", None)),
-                "executor": cfg.parallel_config.distributed_executor_backend,
-                "tensor_parallel_size": cfg.parallel_config.tensor_parallel_size,
-                "quantization": cfg.model_config.quantization,
-                "max_model_len": cfg.model_config.max_model_len,
             },
         }
 

@@ -1,25 +1,16 @@
-"""An AWQ checkpoint (and its dequantized float twin) built from a float checkpoint: group-wise round-to-nearest.
+"""An AWQ checkpoint (and its dequantized float twin) built from a float checkpoint: group-wise round-to-nearest
+(asymmetric, 4 bits, zero points; no activation-aware scale search: perfsuite measures kernels, not model quality),
+stored in AutoAWQ's GEMM layout, which vLLM's ``awq`` loader reads (docs/recipes.md, "AWQ weights built from the
+preset"). Embeddings, norms, biases and the LM head keep their original bytes.
 
-AWQ proper searches per-channel activation scales on calibration data before rounding; perfsuite measures
-kernels, not model quality, so it rounds the seeded weights directly (RTN, asymmetric, 4 bits, with zero points)
-and stores them exactly as AutoAWQ's GEMM checkpoints are laid out, which is what vLLM's ``awq`` loader reads:
+Bit slot ``i`` (shift ``4 i``) of a packed int32 holds column ``AWQ_PACK_ORDER[i]`` of a group of eight output
+columns; vLLM 0.32 undoes it with ``_REVERSE_AWQ_PACK_ORDER = [0, 4, 1, 5, 2, 6, 3, 7]``
+(``vllm/model_executor/layers/quantization/auto_awq.py``, ``_convert_awq_to_standard_format``).
 
-* every ``nn.Linear`` inside the decoder blocks (2-D ``*.layers.<i>.*.weight``) becomes
-  ``qweight`` int32 ``[in, out / 8]``, ``qzeros`` int32 ``[in / group, out / 8]`` and ``scales`` float16
-  ``[in / group, out]``; embeddings, norms, biases and the LM head stay float (their original bytes);
-* 4-bit values are packed eight to an int32 along the *output* dimension in AWQ's interleaved order: bit slot
-  ``i`` (shift ``4 i``) holds column ``AWQ_PACK_ORDER[i]`` of the group of eight, ``(0, 2, 4, 6, 1, 3, 5, 7)``.
-  vLLM 0.32 undoes it with ``_REVERSE_AWQ_PACK_ORDER = [0, 4, 1, 5, 2, 6, 3, 7]``
-  (``vllm/model_executor/layers/quantization/auto_awq.py``, ``_convert_awq_to_standard_format``);
-* ``config.json`` gains ``quantization_config = {"quant_method": "awq", "bits": 4, "group_size": G,
-  "zero_point": true, "version": "gemm"}``.
-
-Dequantization is ``w = (q - z) * s`` with ``s`` as stored (float16). The twin is the float checkpoint with each
-quantized weight replaced by exactly that ``w`` (in float32), so torch running the twin computes what vLLM's AWQ
-kernel computes, up to the activation dtype and summation order: the reference for a teacher-forced top-1 check.
-
-Both directories are cached next to the float model (``<float dir>-awq-g<G>-v<AWQ_VERSION>`` and ``...-dequant``),
-keyed by the float model's digest, in the format of :mod:`perfsuite.facts.cache_entry`.
+The twin holds each quantized weight as exactly ``w = (q - z) * s`` (``s`` as stored, float16) in float32, so torch
+running it computes what vLLM's AWQ kernel computes, up to the activation dtype and summation order: the reference
+for a teacher-forced top-1 check. Both are cached (:func:`checkpoint_dirs`), keyed by the float model's digest, in
+the format of :mod:`perfsuite.facts.cache_entry`.
 """
 
 from __future__ import annotations
@@ -69,6 +60,11 @@ def default_group_size(in_features: list[int], tensor_parallel_size: int = 1) ->
             return g
     raise AwqError(f"no AWQ group size in {GROUP_SIZES} divides the input dimensions {sorted(set(in_features))} "
                    f"(tensor_parallel_size={tensor_parallel_size}); set backend option awq_group_size")
+
+
+def quantization_config(group_size: int) -> dict[str, Any]:
+    """The ``quantization_config`` of the checkpoint's ``config.json``."""
+    return {"quant_method": "awq", "bits": BITS, "group_size": group_size, "zero_point": True, "version": "gemm"}
 
 
 def quantize_rtn(w: Any, group_size: int) -> tuple[Any, Any, Any]:
@@ -144,9 +140,10 @@ def checkpoint_dirs(model_dir: Path, group_size: int) -> tuple[Path, Path]:
     from perfsuite.measure.backends.onnxruntime.export import model_digest
 
     model_dir = Path(model_dir)
-    base = model_dir.parent if (model_dir / models.MARKER).is_file() else cache.root_for(model_dir) / "models"
-    name = model_dir.name if (model_dir / models.MARKER).is_file() else (
-        f"{model_dir.name}-{model_digest(model_dir)}")
+    if (model_dir / models.MARKER).is_file():
+        base, name = model_dir.parent, model_dir.name
+    else:
+        base, name = cache.root_for(model_dir) / "models", f"{model_dir.name}-{model_digest(model_dir)}"
     awq = base / f"{name}-awq-g{group_size}-v{AWQ_VERSION}"
     return awq, awq.with_name(awq.name + TWIN_SUFFIX)
 
@@ -195,11 +192,10 @@ def build(model_dir: Path, group_size: int | None = None, tensor_parallel_size: 
         quantized.append(prefix)
     if not quantized:
         raise AwqError(f"{model_dir}: no decoder-block linear weights (*.layers.<i>.*.weight) to quantize")
-    qcfg = {"quant_method": "awq", "bits": BITS, "group_size": group_size, "zero_point": True, "version": "gemm"}
     meta = {"name": awq_dir.name, "digest": digest, "float_model": str(model_dir), "group_size": group_size,
             "bits": BITS, "recipe": "group-wise round-to-nearest, asymmetric, AWQ GEMM packing",
             "quantized_modules": len(quantized), "awq_version": AWQ_VERSION}
-    _write(awq_dir, {**config, "quantization_config": qcfg}, awq_t, {**meta, "kind": "awq"})
+    _write(awq_dir, {**config, "quantization_config": quantization_config(group_size)}, awq_t, {**meta, "kind": "awq"})
     _write(twin_dir, config, twin_t, {**meta, "name": twin_dir.name, "kind": "awq-dequantized-twin"})
     return AwqCheckpoint(awq_dir, twin_dir, group_size, True, {**meta, "kind": "awq"})
 
@@ -256,26 +252,20 @@ def agreement(ref_logits: Any, got_top1: list[list[int]], start: int, margin_bou
     for b, row in enumerate(got_top1):
         ref = ref_logits[b, start:start + len(row)]
         top2 = torch.topk(ref, 2, dim=-1).values
-        margin = (top2[:, 0] - top2[:, 1]).tolist()
-        ref_top = ref.argmax(-1).tolist()
-        for t, tok in enumerate(row):
-            total += 1
-            same = int(tok) == int(ref_top[t])
-            agree += same
-            if margin[t] > margin_bound:
-                decisive += 1
-                bad += not same
+        same = [int(tok) == r for tok, r in zip(row, ref.argmax(-1).tolist(), strict=True)]
+        dec = [m > margin_bound for m in (top2[:, 0] - top2[:, 1]).tolist()]
+        total += len(row)
+        agree += sum(same)
+        decisive += sum(dec)
+        bad += sum(d and not s for d, s in zip(dec, same, strict=True))
     return Agreement(total, agree, decisive, bad, margin_bound)
 
 
 def vllm_agreement(backend: Any, prompts: list[list[int]], new_tokens: int) -> dict[str, Any]:
-    """Teacher-forced top-1 agreement of a loaded vLLM AWQ cell with its dequantized twin run by torch in float32.
-
-    One greedy generation through the backend, then vLLM's top-1 after every position of that sequence
-    (:meth:`~perfsuite.measure.backends.vllm_backend.VllmBackend.teacher_forced_top1`) against the twin's argmax. The margin
-    bound is twice the largest logit change the cell's activation dtype alone causes in torch on the same sequences
-    (the twin in that dtype vs float32): positions whose twin top-2 margin exceeds it must agree. Untimed; for tests
-    and for recording in a cell's ``extra_info`` after its measurement.
+    """Teacher-forced top-1 agreement of a loaded vLLM AWQ cell with its dequantized twin run by torch in float32:
+    one greedy generation through the backend, then vLLM's top-1 after every position of that sequence
+    (:meth:`~perfsuite.measure.backends.vllm_backend.VllmBackend.teacher_forced_top1`). The margin bound is twice
+    the largest logit change the cell's activation dtype alone causes (docs/recipes.md, "Agreement bound"). Untimed.
     """
     twin = backend.info()["awq"]["dequantized_twin"]
     toks = backend.generate(prompts, new_tokens)
