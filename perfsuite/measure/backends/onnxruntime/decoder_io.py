@@ -12,20 +12,10 @@ Graph interface (every model, every dtype)::
 
 A prefill passes past tensors with ``past = 0``.
 
-The *static* layout (``ExportSpec(layout="static")``, a second export of the same model) keeps the KV cache in
-fixed-capacity buffers, for execution providers that compile per input shape (MIGraphX) and for graph capture
-(CUDA/HIP graphs, TensorRT), where the dynamic layout's past length grows by one every step::
-
-    inputs   input_ids       int64 [batch, seq]
-             attention_mask  int64 [batch, capacity]     (1 = slot holds a token of this sequence: the valid part)
-             position_ids    int64 [batch, seq]          (absolute positions = the cache slots written this step)
-             past_key_values.{i}.key / .value  dtype [batch, kv_heads, capacity, head_dim]
-    outputs  logits, next_token                          (as above)
-             present.{i}.key / .value          dtype [batch, kv_heads, capacity, head_dim]  (past with the new
-                                                                                              slots written)
-
-Slot ``j`` holds the token at position ``j``; how sessions pin the symbolic axes: docs/recipes.md, "The
-static-shape ONNX decoder".
+The *static* layout (``ExportSpec(layout="static")``, a second export of the same model; docs/recipes.md, "The
+static-shape ONNX decoder") keeps the KV cache in fixed-capacity buffers: ``attention_mask`` is ``[batch, capacity]``
+(1 = the slot holds a token of this sequence), ``position_ids`` are the slots written this step (slot ``j`` holds the
+token at position ``j``), and past and present are ``[batch, kv_heads, capacity, head_dim]``.
 """
 
 from __future__ import annotations

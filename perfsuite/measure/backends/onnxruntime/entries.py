@@ -1,8 +1,6 @@
-"""The ONNX cache's entries: ``<cache>/onnx/<key>/`` (model.onnx + perfsuite-onnx.json).
-
-Entries have the one cache format of :mod:`perfsuite.facts.cache_entry` (the marker here also holds the verification
-result): a partial or corrupt entry is rebuilt, never loaded. An entry whose graph is not an export of the model it
-is keyed by (a copied or forged entry) is found by :func:`model_mismatch`.
+"""The ONNX cache's entries: ``<cache>/onnx/<key>/`` (model.onnx + perfsuite-onnx.json, which also holds the
+verification result), in the one cache format of :mod:`perfsuite.facts.cache_entry`; an entry whose graph is not an
+export of the model it is keyed by (a copied or forged entry) is found by :func:`model_mismatch`.
 """
 
 from __future__ import annotations
@@ -108,12 +106,9 @@ def model_mismatch(entry: Path, model_dir: Path, dtype: str, weights: bool = Tru
 
 
 def read_entry(entry: Path) -> dict[str, Any] | None:
-    if entry_problem(entry) is not None:
-        return None
-    meta: dict[str, Any] = json.loads((entry / MARKER).read_text())
-    return meta
+    return None if entry_problem(entry) is not None else json.loads((entry / MARKER).read_text())
 
 
-def write_entry(tmp: Path, target: Path, meta: dict[str, Any]) -> None:
-    """Record files + marker in ``tmp`` and rename it to ``target`` (replacing a broken entry)."""
-    cache_entry.commit(tmp, target, meta, MARKER, sound=lambda t: entry_problem(t, run_checker=False) is None)
+def write_entry(tmp: Path, target: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Record files + marker in ``tmp``, rename it to ``target`` (replacing a broken entry); the marker's object."""
+    return cache_entry.commit(tmp, target, meta, MARKER, sound=lambda t: entry_problem(t, run_checker=False) is None)

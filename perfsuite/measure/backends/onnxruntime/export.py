@@ -120,7 +120,7 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
             meta["rebuilt_because"] = rebuilt_because
         del model
         try:
-            entries.write_entry(tmp, target, meta)
+            meta = entries.write_entry(tmp, target, meta)  # as recorded: with the files' sizes and hashes
         except OSError as exc:
             why = f"{rebuilt_because}; " if rebuilt_because else ""
             raise ExportError(f"{why}cannot replace the ONNX cache entry {target} ({exc}); remove that directory by "
@@ -128,7 +128,6 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
         if rebuilt_because and entries.model_mismatch(target, spec.model_dir, spec.dtype):
             raise ExportError(f"{rebuilt_because}; it could not be replaced: remove {target} by hand (rm -r) or point "
                               "PERFSUITE_CACHE_DIR / [tool.perfsuite] cache_dir elsewhere")
-        meta = json.loads((target / entries.MARKER).read_text())  # as recorded: with the files' sizes and hashes
     _raise_if_failed(meta)
     return ExportResult(target / MODEL_FILE, meta, False, time.perf_counter() - t0)
 

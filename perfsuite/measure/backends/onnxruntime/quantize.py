@@ -25,13 +25,16 @@ AGREEMENT_CASES: tuple[tuple[int, int, int], ...] = ((2, 16, 8),)  # (batch, pro
 
 
 @contextlib.contextmanager
-def quiet_root_logger() -> Iterator[None]:
-    """quantize_dynamic logs "Please consider to run pre-processing" on the root logger; not for us."""
+def quiet() -> Iterator[None]:
+    """ORT's quantization tools without warnings and without their root-logger notes ("Please consider to run
+    pre-processing")."""
     root = logging.getLogger()
     old = root.level
     root.setLevel(logging.ERROR)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     finally:
         root.setLevel(old)
 
@@ -72,8 +75,7 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
         return ex.ExportResult(target / entries.MODEL_FILE, meta, True, float(meta.get("quantize_seconds", 0.0)))
     t0 = time.perf_counter()
     with entries.building(target) as tmp:
-        with warnings.catch_warnings(), quiet_root_logger():
-            warnings.simplefilter("ignore")
+        with quiet():
             quantize_dynamic(str(float_result.path), str(tmp / entries.MODEL_FILE), weight_type=QuantType.QInt8,
                              per_channel=False, reduce_range=False,
                              use_external_data_format=any(f.suffix == ".data" for f in float_entry.iterdir()))
