@@ -59,23 +59,18 @@ def _graph_geometry(graph: Any) -> dict[str, int | None]:
 
 
 def _embedding(model_dir: Path) -> tuple[str, Any] | None:
-    """The token-embedding matrix of a checkpoint (``*embed_tokens.weight``), read from its safetensors."""
+    """The token-embedding matrix of a checkpoint (``*embed_tokens.weight``), read from its safetensors (bfloat16,
+    which numpy lacks, as float32)."""
+    import torch
     from safetensors import safe_open
 
     for f in sorted(Path(model_dir).glob("*.safetensors")):
-        with safe_open(str(f), "np" if _np_readable(f) else "pt") as fh:
+        with safe_open(str(f), "pt") as fh:
             for k in fh.keys():
                 if k.endswith("embed_tokens.weight"):
                     t = fh.get_tensor(k)
-                    return k, t if isinstance(t, np.ndarray) else t.float().numpy()
+                    return k, (t.float() if t.dtype == torch.bfloat16 else t).numpy()
     return None
-
-
-def _np_readable(f: Path) -> bool:
-    """safetensors' numpy reader cannot read bfloat16."""
-    with open(f, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        return b'"BF16"' not in fh.read(n)
 
 
 def model_mismatch(entry: Path, model_dir: Path, dtype: str, weights: bool = True) -> str | None:

@@ -114,8 +114,7 @@ def migraphx_python_keys(ort_version: str) -> tuple[str, frozenset[str]]:
     """(where the list was read, the keys) for an ORT version; versions older than 1.17 get the 1.17 list."""
     v = _version_tuple(ort_version)
     rows = [r for r in MIGRAPHX_PYTHON_KEYS if r[0] <= v] or [MIGRAPHX_PYTHON_KEYS[0]]
-    _, where, keys = rows[-1]
-    return where, keys
+    return rows[-1][1:]
 
 
 def migraphx_option_names(ort_version: str) -> dict[str, str]:
