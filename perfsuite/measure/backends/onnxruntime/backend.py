@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.facts import cache
 from perfsuite.facts.cells import Cell
 from perfsuite.machine import memory
 from perfsuite.measure.backends.base import MemoryStats, StepBackend, StepResult
@@ -55,8 +56,6 @@ class OrtBackend(StepBackend):
     def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         self.cell = cell
         self.name = cell.backend
-        self.sess: Any = None
-        self.cfg: pv.SessionConfig | None = None
         self.export: ex.ExportResult | None = None
         self.quantized: ex.ExportResult | None = None
         self._info: dict[str, Any] = {}
@@ -109,8 +108,6 @@ class OrtBackend(StepBackend):
         # Parity against torch runs on the CPU: by default only for models small enough to do it in seconds.
         weights = sum(f.stat().st_size for f in cell.model_dir.glob("*.safetensors"))
         verify = bool(options.get("verify", weights <= VERIFY_MAX_BYTES))
-        from perfsuite.facts import cache
-
         self.export = ex.export(spec, cache_dir=cache.root_for(cell.model_dir, self.cache_dir), verify=verify)
         path = self.export.path
         if cell.quantization == "int8-dynamic":
@@ -124,7 +121,6 @@ class OrtBackend(StepBackend):
 
             table = options.get("int8_calibration_table") or str(calibration.table_for(self.export, cell))
         cfg = pv.build_session_config(cell.backend, cell.dtype, options, ort.__version__, cell.quantization, table)
-        self.cfg = cfg
         sc = cell.scenario
         capacity = sc.prompt_tokens + sc.new_tokens
         record_api = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
@@ -148,7 +144,6 @@ class OrtBackend(StepBackend):
         if not counts and log_text:
             counts = pv.parse_node_placements(log_text)
             source = "verbose_log" if counts else None
-        self.sess = sess
         meta = self.export.meta
         self._info = {
             "onnxruntime": ort.__version__, "provider": cfg.provider, "providers_requested": cfg.providers,
@@ -220,8 +215,7 @@ class OrtBackend(StepBackend):
         return d
 
     def close(self) -> None:
-        self.sess = None
-        self.runner = None
+        self.runner = None  # with its sessions
         gc.collect()
 
 

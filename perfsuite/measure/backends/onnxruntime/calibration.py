@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from perfsuite.facts import cache_entry
+from perfsuite.facts import cache_entry, models
 from perfsuite.facts.cells import Cell
 from perfsuite.measure.backends.onnxruntime import decoder_io
 from perfsuite.measure.backends.onnxruntime import export as ex
@@ -29,8 +29,6 @@ DECODE_STEPS = 4  # decode steps fed after the prefill (their ranges differ from
 
 def calibration_feeds(export: ex.ExportResult, cell: Cell, steps: int = DECODE_STEPS) -> list[dict[str, np.ndarray]]:
     """The feeds of one generation at the cell's shapes: a prefill, then ``steps`` decode steps (CPU EP)."""
-    from perfsuite.facts import models
-
     sc = cell.scenario
     prompt = np.array(models.prompts(sc.batch_size, sc.prompt_tokens, int(export.meta["geometry"]["vocab"]), seed=23),
                       dtype=np.int64)

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.facts import models
+
 # (batch, prompt, decode steps) for parity; the export dummy is (2, 3, past 5): every case differs from it.
 VERIFY_CASES: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (1, 6, 3), (3, 9, 2), (4, 17, 2))
 # Which axes stay symbolic in the file, and their names (the static layout's are pinned per session).
@@ -137,8 +139,6 @@ def tolerance(dtype: str, ref: np.ndarray) -> float:
 def verify_parity(model: Any, onnx_path: Path, meta: dict[str, Any],
                   cases: tuple[tuple[int, int, int], ...] = VERIFY_CASES) -> dict[str, Any]:
     """Teacher-forced greedy parity of the ONNX model (CPU EP) against torch at several shapes."""
-    from perfsuite.facts import models
-
     sess = cpu_session(onnx_path)
     vocab = int(meta["geometry"]["vocab"])
     report: list[dict[str, Any]] = []

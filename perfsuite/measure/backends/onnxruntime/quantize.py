@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.facts import models
 from perfsuite.measure.backends.onnxruntime import decoder_io, entries
 from perfsuite.measure.backends.onnxruntime import export as ex
 
@@ -43,8 +44,6 @@ def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any],
                    cases: tuple[tuple[int, int, int], ...] = AGREEMENT_CASES) -> float:
     """Fraction of positions where the int8 model's greedy token equals the float model's (teacher-forced on the
     float model's tokens so a single flip does not cascade)."""
-    from perfsuite.facts import models
-
     ref_sess, q_sess = decoder_io.cpu_session(float_path), decoder_io.cpu_session(quant_path)
     vocab = int(meta["geometry"]["vocab"])
     agree = total = 0
