@@ -27,13 +27,14 @@ MARKER = "perfsuite-calibration.json"
 DECODE_STEPS = 4  # decode steps fed after the prefill (their ranges differ from the prefill's)
 
 
-def calibration_feeds(export: ex.ExportResult, cell: Cell, steps: int = DECODE_STEPS) -> list[dict[str, np.ndarray]]:
-    """The feeds of one generation at the cell's shapes: a prefill, then ``steps`` decode steps (CPU EP)."""
+def calibration_feeds(export: ex.ExportResult, cell: Cell) -> list[dict[str, np.ndarray]]:
+    """The feeds of one generation at the cell's shapes: a prefill, then DECODE_STEPS decode steps (CPU EP)."""
     sc = cell.scenario
     prompt = np.array(models.prompts(sc.batch_size, sc.prompt_tokens, int(export.meta["geometry"]["vocab"]), seed=23),
                       dtype=np.int64)
     run = decoder_io.ort_greedy_steps(decoder_io.cpu_session(export.path), export.meta, prompt,
-                                      steps=min(steps, sc.new_tokens - 1), capacity=sc.prompt_tokens + sc.new_tokens)
+                                      steps=min(DECODE_STEPS, sc.new_tokens - 1),
+                                      capacity=sc.prompt_tokens + sc.new_tokens)
     return [feeds for feeds, _ in run]
 
 

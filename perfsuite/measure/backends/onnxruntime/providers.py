@@ -256,18 +256,15 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
     if "inter_op_threads" in options:
         attrs["inter_op_num_threads"] = int(options["inter_op_threads"])
 
-    providers = [ep]
-    provider_options = [po]
     if strict:
         entries[DISABLE_CPU_FALLBACK] = "1"
-    elif is_device:
-        providers.append(CPU_EP)
-        provider_options.append({})
     entries[RECORD_ASSIGNMENT] = "1"
     if "allow_spinning" in options:  # ORT's intra-op pool spin-waits after each run by default (steals CPU)
         entries["session.intra_op.allow_spinning"] = _flag(options["allow_spinning"])
     io_binding = bool(options.get("io_binding", is_device))
-    return SessionConfig(provider=ep, providers=providers, provider_options=provider_options,
+    fallback = is_device and not strict  # the CPU EP listed after the device's, for the nodes it lacks
+    return SessionConfig(provider=ep, providers=[ep, CPU_EP] if fallback else [ep],
+                         provider_options=[po, {}] if fallback else [po],
                          config_entries=entries, graph_optimization_level=level, strict=strict,
                          io_binding=io_binding, io_device=str(options.get("iobinding_device", io_device)),
                          device_id=device_id, session_attrs=attrs)

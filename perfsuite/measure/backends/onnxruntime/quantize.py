@@ -40,14 +40,13 @@ def quiet() -> Iterator[None]:
         root.setLevel(old)
 
 
-def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any],
-                   cases: tuple[tuple[int, int, int], ...] = AGREEMENT_CASES) -> float:
+def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any]) -> float:
     """Fraction of positions where the int8 model's greedy token equals the float model's (teacher-forced on the
     float model's tokens so a single flip does not cascade)."""
     ref_sess, q_sess = decoder_io.cpu_session(float_path), decoder_io.cpu_session(quant_path)
     vocab = int(meta["geometry"]["vocab"])
     agree = total = 0
-    for b, p, steps in cases:
+    for b, p, steps in AGREEMENT_CASES:
         prompt = np.array(models.prompts(b, p, vocab, seed=11), dtype=np.int64)
         ref = decoder_io.ort_greedy_logits(ref_sess, meta, prompt, steps=steps)  # float model on its own tokens
         forced = [r.argmax(-1) for r in ref[:-1]]
