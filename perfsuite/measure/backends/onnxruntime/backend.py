@@ -1,10 +1,9 @@
 """ONNX Runtime backend: one class for every execution provider (``onnxruntime-{cpu,cuda,rocm,migraphx,dml}``).
 
-``load()`` takes the decoder-with-past export from the cache (building and verifying it against torch on a miss),
-quantizes it when the cell asks for ``int8-dynamic``, creates the session on the cell's provider, and refuses to
-continue if ORT silently fell back to another provider. The export's layout follows the provider
-(:func:`~perfsuite.measure.backends.onnxruntime.providers.decoder_layout`); :mod:`.runners` feeds it, greedily,
-with IO binding on device providers so that only the chosen token ids come back to the host.
+``load()`` takes the verified decoder-with-past export from the cache (built on a miss), quantizes or calibrates it
+as the cell asks and creates its session(s) on the cell's provider, refusing a silent fallback to another one; the
+layout follows the provider (:func:`.providers.decoder_layout`). :mod:`.runners` feeds it, with IO binding on device
+providers so that only the chosen token ids come back to the host.
 """
 
 from __future__ import annotations
