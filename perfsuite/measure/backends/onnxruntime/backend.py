@@ -1,10 +1,9 @@
 """ONNX Runtime backend: one class for every execution provider (``onnxruntime-{cpu,cuda,rocm,migraphx,dml}``).
 
-``load()`` takes the decoder-with-past export from the cache (building and verifying it against torch on a miss),
-quantizes it when the cell asks for ``int8-dynamic``, creates the session on the cell's provider, and refuses to
-continue if ORT silently fell back to another provider. The export's layout follows the provider
-(:func:`~perfsuite.measure.backends.onnxruntime.providers.decoder_layout`); :mod:`.runners` feeds it, greedily,
-with IO binding on device providers so that only the chosen token ids come back to the host.
+``load()`` takes the verified decoder-with-past export from the cache (built on a miss), quantizes or calibrates it
+as the cell asks and creates its session(s) on the cell's provider, refusing a silent fallback to another one; the
+layout follows the provider (:func:`.providers.decoder_layout`). :mod:`.runners` feeds it, with IO binding on device
+providers so that only the chosen token ids come back to the host.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.facts import cache
 from perfsuite.facts.cells import Cell
 from perfsuite.machine import memory
 from perfsuite.measure.backends.base import MemoryStats, StepBackend, StepResult
@@ -55,8 +55,6 @@ class OrtBackend(StepBackend):
     def __init__(self, cell: Cell, cache_dir: Path | None = None) -> None:
         self.cell = cell
         self.name = cell.backend
-        self.sess: Any = None
-        self.cfg: pv.SessionConfig | None = None
         self.export: ex.ExportResult | None = None
         self.quantized: ex.ExportResult | None = None
         self._info: dict[str, Any] = {}
@@ -109,8 +107,6 @@ class OrtBackend(StepBackend):
         # Parity against torch runs on the CPU: by default only for models small enough to do it in seconds.
         weights = sum(f.stat().st_size for f in cell.model_dir.glob("*.safetensors"))
         verify = bool(options.get("verify", weights <= VERIFY_MAX_BYTES))
-        from perfsuite.facts import cache
-
         self.export = ex.export(spec, cache_dir=cache.root_for(cell.model_dir, self.cache_dir), verify=verify)
         path = self.export.path
         if cell.quantization == "int8-dynamic":
@@ -124,7 +120,6 @@ class OrtBackend(StepBackend):
 
             table = options.get("int8_calibration_table") or str(calibration.table_for(self.export, cell))
         cfg = pv.build_session_config(cell.backend, cell.dtype, options, ort.__version__, cell.quantization, table)
-        self.cfg = cfg
         sc = cell.scenario
         capacity = sc.prompt_tokens + sc.new_tokens
         record_api = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
@@ -148,7 +143,6 @@ class OrtBackend(StepBackend):
         if not counts and log_text:
             counts = pv.parse_node_placements(log_text)
             source = "verbose_log" if counts else None
-        self.sess = sess
         meta = self.export.meta
         self._info = {
             "onnxruntime": ort.__version__, "provider": cfg.provider, "providers_requested": cfg.providers,
@@ -220,8 +214,7 @@ class OrtBackend(StepBackend):
         return d
 
     def close(self) -> None:
-        self.sess = None
-        self.runner = None
+        self.runner = None  # with its sessions
         gc.collect()
 
 

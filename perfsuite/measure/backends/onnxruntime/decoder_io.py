@@ -12,20 +12,10 @@ Graph interface (every model, every dtype)::
 
 A prefill passes past tensors with ``past = 0``.
 
-The *static* layout (``ExportSpec(layout="static")``, a second export of the same model) keeps the KV cache in
-fixed-capacity buffers, for execution providers that compile per input shape (MIGraphX) and for graph capture
-(CUDA/HIP graphs, TensorRT), where the dynamic layout's past length grows by one every step::
-
-    inputs   input_ids       int64 [batch, seq]
-             attention_mask  int64 [batch, capacity]     (1 = slot holds a token of this sequence: the valid part)
-             position_ids    int64 [batch, seq]          (absolute positions = the cache slots written this step)
-             past_key_values.{i}.key / .value  dtype [batch, kv_heads, capacity, head_dim]
-    outputs  logits, next_token                          (as above)
-             present.{i}.key / .value          dtype [batch, kv_heads, capacity, head_dim]  (past with the new
-                                                                                              slots written)
-
-Slot ``j`` holds the token at position ``j``; how sessions pin the symbolic axes: docs/recipes.md, "The
-static-shape ONNX decoder".
+The *static* layout (``ExportSpec(layout="static")``, a second export of the same model; docs/recipes.md, "The
+static-shape ONNX decoder") keeps the KV cache in fixed-capacity buffers: ``attention_mask`` is ``[batch, capacity]``
+(1 = the slot holds a token of this sequence), ``position_ids`` are the slots written this step (slot ``j`` holds the
+token at position ``j``), and past and present are ``[batch, kv_heads, capacity, head_dim]``.
 """
 
 from __future__ import annotations
@@ -35,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from perfsuite.facts import models
 
 # (batch, prompt, decode steps) for parity; the export dummy is (2, 3, past 5): every case differs from it.
 VERIFY_CASES: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (1, 6, 3), (3, 9, 2), (4, 17, 2))
@@ -147,8 +139,6 @@ def tolerance(dtype: str, ref: np.ndarray) -> float:
 def verify_parity(model: Any, onnx_path: Path, meta: dict[str, Any],
                   cases: tuple[tuple[int, int, int], ...] = VERIFY_CASES) -> dict[str, Any]:
     """Teacher-forced greedy parity of the ONNX model (CPU EP) against torch at several shapes."""
-    from perfsuite.facts import models
-
     sess = cpu_session(onnx_path)
     vocab = int(meta["geometry"]["vocab"])
     report: list[dict[str, Any]] = []

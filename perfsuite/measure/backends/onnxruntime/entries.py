@@ -1,8 +1,6 @@
-"""The ONNX cache's entries: ``<cache>/onnx/<key>/`` (model.onnx + perfsuite-onnx.json).
-
-Entries have the one cache format of :mod:`perfsuite.facts.cache_entry` (the marker here also holds the verification
-result): a partial or corrupt entry is rebuilt, never loaded. An entry whose graph is not an export of the model it
-is keyed by (a copied or forged entry) is found by :func:`model_mismatch`.
+"""The ONNX cache's entries: ``<cache>/onnx/<key>/`` (model.onnx + perfsuite-onnx.json, which also holds the
+verification result), in the one cache format of :mod:`perfsuite.facts.cache_entry`; an entry whose graph is not an
+export of the model it is keyed by (a copied or forged entry) is found by :func:`model_mismatch`.
 """
 
 from __future__ import annotations
@@ -61,23 +59,18 @@ def _graph_geometry(graph: Any) -> dict[str, int | None]:
 
 
 def _embedding(model_dir: Path) -> tuple[str, Any] | None:
-    """The token-embedding matrix of a checkpoint (``*embed_tokens.weight``), read from its safetensors."""
+    """The token-embedding matrix of a checkpoint (``*embed_tokens.weight``), read from its safetensors (bfloat16,
+    which numpy lacks, as float32)."""
+    import torch
     from safetensors import safe_open
 
     for f in sorted(Path(model_dir).glob("*.safetensors")):
-        with safe_open(str(f), "np" if _np_readable(f) else "pt") as fh:
+        with safe_open(str(f), "pt") as fh:
             for k in fh.keys():
                 if k.endswith("embed_tokens.weight"):
                     t = fh.get_tensor(k)
-                    return k, t if isinstance(t, np.ndarray) else t.float().numpy()
+                    return k, (t.float() if t.dtype == torch.bfloat16 else t).numpy()
     return None
-
-
-def _np_readable(f: Path) -> bool:
-    """safetensors' numpy reader cannot read bfloat16."""
-    with open(f, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        return b'"BF16"' not in fh.read(n)
 
 
 def model_mismatch(entry: Path, model_dir: Path, dtype: str, weights: bool = True) -> str | None:
@@ -108,12 +101,9 @@ def model_mismatch(entry: Path, model_dir: Path, dtype: str, weights: bool = Tru
 
 
 def read_entry(entry: Path) -> dict[str, Any] | None:
-    if entry_problem(entry) is not None:
-        return None
-    meta: dict[str, Any] = json.loads((entry / MARKER).read_text())
-    return meta
+    return None if entry_problem(entry) is not None else json.loads((entry / MARKER).read_text())
 
 
-def write_entry(tmp: Path, target: Path, meta: dict[str, Any]) -> None:
-    """Record files + marker in ``tmp`` and rename it to ``target`` (replacing a broken entry)."""
-    cache_entry.commit(tmp, target, meta, MARKER, sound=lambda t: entry_problem(t, run_checker=False) is None)
+def write_entry(tmp: Path, target: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Record files + marker in ``tmp``, rename it to ``target`` (replacing a broken entry); the marker's object."""
+    return cache_entry.commit(tmp, target, meta, MARKER, sound=lambda t: entry_problem(t, run_checker=False) is None)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfsuite.facts import models
 from perfsuite.measure.backends.onnxruntime import entries, tracing
 from perfsuite.measure.backends.onnxruntime.decoder_io import ExportError, verify_parity
 from perfsuite.measure.backends.onnxruntime.entries import MODEL_FILE
@@ -61,8 +62,6 @@ class ExportResult:
 
 def model_digest(model_dir: Path) -> str:
     """The weights' identity: a materialised preset's digest, else a hash of the checkpoint files."""
-    from perfsuite.facts import models
-
     marker = Path(model_dir) / models.MARKER
     try:
         return str(json.loads(marker.read_text())["digest"])
@@ -76,16 +75,12 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
         raise ExportError(f"onnxruntime cells support {', '.join(ORT_DTYPES)}, not {spec.dtype}")
     if spec.layout not in LAYOUTS:
         raise ExportError(f"decoder layout {spec.layout!r}: use one of {', '.join(LAYOUTS)}")
-    from perfsuite.facts import models
-
     target = (cache_dir or models.default_cache_dir()) / "onnx" / spec.key
     meta = entries.read_entry(target) if target.exists() else None
     rebuilt_because = None
-    if meta is not None:
-        mismatch = entries.model_mismatch(target, spec.model_dir, spec.dtype)
-        if mismatch:  # rebuild it like a corrupt entry, and say so
-            rebuilt_because = f"cached entry {target} was not an export of {spec.model_dir}: {mismatch}"
-            meta = None
+    if meta is not None and (mismatch := entries.model_mismatch(target, spec.model_dir, spec.dtype)):
+        rebuilt_because = f"cached entry {target} was not an export of {spec.model_dir}: {mismatch}"
+        meta = None  # rebuild it like a corrupt entry, and say so
     if meta is not None and (meta.get("verification") or not verify):
         _raise_if_failed(meta)
         return ExportResult(target / MODEL_FILE, meta, True, float(meta.get("export_seconds", 0.0)))
@@ -120,7 +115,7 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
             meta["rebuilt_because"] = rebuilt_because
         del model
         try:
-            entries.write_entry(tmp, target, meta)
+            meta = entries.write_entry(tmp, target, meta)  # as recorded: with the files' sizes and hashes
         except OSError as exc:
             why = f"{rebuilt_because}; " if rebuilt_because else ""
             raise ExportError(f"{why}cannot replace the ONNX cache entry {target} ({exc}); remove that directory by "
@@ -128,7 +123,6 @@ def export(spec: ExportSpec, cache_dir: Path | None = None, verify: bool = True)
         if rebuilt_because and entries.model_mismatch(target, spec.model_dir, spec.dtype):
             raise ExportError(f"{rebuilt_because}; it could not be replaced: remove {target} by hand (rm -r) or point "
                               "PERFSUITE_CACHE_DIR / [tool.perfsuite] cache_dir elsewhere")
-        meta = json.loads((target / entries.MARKER).read_text())  # as recorded: with the files' sizes and hashes
     _raise_if_failed(meta)
     return ExportResult(target / MODEL_FILE, meta, False, time.perf_counter() - t0)
 

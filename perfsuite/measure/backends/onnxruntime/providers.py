@@ -4,15 +4,9 @@ Everything here is a pure function of a cell / an ORT version / captured ORT out
 copies a config onto ORT's object), so it is unit-tested without the provider's hardware. Option names are the
 ones ORT's Python ``provider_options`` parsers accept, not the C struct field names. An unknown name makes ORT
 refuse the session (it never silently ignores one), so a wrong name here fails a cell loudly rather than
-measuring something else.
-
-MIGraphX: the Python binding (``onnxruntime/python/onnxruntime_pybind_state.cc``) has spelled its keys
-``migraphx_*`` since before 1.17, while the C++ parser (``migraphx_execution_provider_info.cc``, what
-``get_provider_options()`` reports) used ``trt_fp16_enable`` / ``migx_int8_enable`` up to v1.22.1. A key the
-binding does not know raises "Invalid MIGraphX EP option" and ORT falls back to the CPU, so every MIGraphX option
-perfsuite emits, the raw ``provider_options`` escape hatch included, is checked against
-:data:`MIGRAPHX_PYTHON_KEYS` (the keys per version, read from ORT's tags; captured in
-tests/unit/data/ort_migraphx_python_provider_keys.json). ROCm: onnxruntime-rocm <= 1.22 (later ORT removed the EP).
+measuring something else, except on MIGraphX, whose Python binding falls back to the CPU instead: every MIGraphX
+key perfsuite emits is checked against :data:`MIGRAPHX_PYTHON_KEYS` (docs/recipes.md, "MIGraphX fp16 / int8 and
+the option names"). ROCm: onnxruntime-rocm <= 1.22 (later ORT removed the EP).
 """
 
 from __future__ import annotations
@@ -82,16 +76,6 @@ def _version_tuple(version: str) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def _arena(options: dict[str, Any]) -> dict[str, str]:
-    """The device-memory arena options shared by the ROCm and CUDA execution providers."""
-    out: dict[str, str] = {}
-    if "mem_limit" in options:
-        out["gpu_mem_limit"] = str(int(options["mem_limit"]))
-    if "arena_extend_strategy" in options:
-        out["arena_extend_strategy"] = str(options["arena_extend_strategy"])
-    return out
-
-
 def _flag(value: Any) -> str:
     return "1" if bool(value) and str(value).lower() not in ("0", "false", "no", "off") else "0"
 
@@ -104,10 +88,8 @@ def ep_of(backend: str) -> str:
                                   f"{', '.join(EP_OF_BACKEND)}") from None
 
 
-# The provider-option keys ORT's Python API accepts for MIGraphXExecutionProvider: the MIGraphX branch of
-# CreateExecutionProviderInstance in onnxruntime/python/onnxruntime_pybind_state.cc (anything else raises "Invalid
-# MIGraphX EP option: <key>"). Read at the tags of microsoft/onnxruntime (from the ROCm/onnxruntime mirror, which
-# carries them); the row of the newest version <= the installed one applies.
+# The keys of the MIGraphX branch of CreateExecutionProviderInstance in PYBIND_SOURCE, read at the tags of
+# microsoft/onnxruntime (from the ROCm/onnxruntime mirror); the row of the newest version <= the installed one applies.
 _KEYS_117 = frozenset({"device_id", "migraphx_fp16_enable", "migraphx_int8_enable",
                        "migraphx_int8_calibration_table_name", "migraphx_use_native_calibration_table"})
 _KEYS_119 = _KEYS_117 | {"migraphx_save_compiled_model", "migraphx_save_model_path", "migraphx_load_compiled_model",
@@ -132,8 +114,7 @@ def migraphx_python_keys(ort_version: str) -> tuple[str, frozenset[str]]:
     """(where the list was read, the keys) for an ORT version; versions older than 1.17 get the 1.17 list."""
     v = _version_tuple(ort_version)
     rows = [r for r in MIGRAPHX_PYTHON_KEYS if r[0] <= v] or [MIGRAPHX_PYTHON_KEYS[0]]
-    _, where, keys = rows[-1]
-    return where, keys
+    return rows[-1][1:]
 
 
 def migraphx_option_names(ort_version: str) -> dict[str, str]:
@@ -242,20 +223,21 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
                 "offload_copy=true: ORT's MIGraphX EP has no such provider option (the EP compiles with "
                 "offload_copy off and does the copies itself); use io_binding=false to measure host-side "
                 "inputs/outputs instead")
-    elif ep == "ROCMExecutionProvider":
-        po["tunable_op_enable"] = _flag(options.get("tunable_op", False))
-        po["tunable_op_tuning_enable"] = _flag(options.get("tunable_op_tuning", False))
-        po.update(_arena(options))
-        if options.get("enable_graph"):
-            po["enable_hip_graph"] = "1"
-    elif ep == "CUDAExecutionProvider":
-        po.update(_arena(options))
-        if "cudnn_conv_algo_search" in options:
+    elif ep in ("ROCMExecutionProvider", "CUDAExecutionProvider"):
+        rocm = ep == "ROCMExecutionProvider"
+        if rocm:
+            po["tunable_op_enable"] = _flag(options.get("tunable_op", False))
+            po["tunable_op_tuning_enable"] = _flag(options.get("tunable_op_tuning", False))
+        if "mem_limit" in options:  # the device-memory arena, the same keys on both
+            po["gpu_mem_limit"] = str(int(options["mem_limit"]))
+        if "arena_extend_strategy" in options:
+            po["arena_extend_strategy"] = str(options["arena_extend_strategy"])
+        if not rocm and "cudnn_conv_algo_search" in options:
             po["cudnn_conv_algo_search"] = str(options["cudnn_conv_algo_search"])
-        if "use_tf32" in options:
+        if not rocm and "use_tf32" in options:
             po["use_tf32"] = _flag(options["use_tf32"])
         if options.get("enable_graph"):
-            po["enable_cuda_graph"] = "1"
+            po["enable_hip_graph" if rocm else "enable_cuda_graph"] = "1"
     elif ep == "DmlExecutionProvider":
         attrs["enable_mem_pattern"] = False  # DirectML requires both
         attrs["execution_mode"] = "sequential"
@@ -274,18 +256,15 @@ def build_session_config(backend: str, dtype: str, options: dict[str, Any], ort_
     if "inter_op_threads" in options:
         attrs["inter_op_num_threads"] = int(options["inter_op_threads"])
 
-    providers = [ep]
-    provider_options = [po]
     if strict:
         entries[DISABLE_CPU_FALLBACK] = "1"
-    elif is_device:
-        providers.append(CPU_EP)
-        provider_options.append({})
     entries[RECORD_ASSIGNMENT] = "1"
     if "allow_spinning" in options:  # ORT's intra-op pool spin-waits after each run by default (steals CPU)
         entries["session.intra_op.allow_spinning"] = _flag(options["allow_spinning"])
     io_binding = bool(options.get("io_binding", is_device))
-    return SessionConfig(provider=ep, providers=providers, provider_options=provider_options,
+    fallback = is_device and not strict  # the CPU EP listed after the device's, for the nodes it lacks
+    return SessionConfig(provider=ep, providers=[ep, CPU_EP] if fallback else [ep],
+                         provider_options=[po, {}] if fallback else [po],
                          config_entries=entries, graph_optimization_level=level, strict=strict,
                          io_binding=io_binding, io_device=str(options.get("iobinding_device", io_device)),
                          device_id=device_id, session_attrs=attrs)
@@ -300,10 +279,8 @@ def session_options(ort: Any, cfg: SessionConfig) -> Any:
         so.add_session_config_entry(k, v)
     for k, v in cfg.session_attrs.items():
         if k == "execution_mode":
-            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL if v == "sequential" else (
-                ort.ExecutionMode.ORT_PARALLEL)
-        else:
-            setattr(so, k, v)
+            v = ort.ExecutionMode.ORT_SEQUENTIAL if v == "sequential" else ort.ExecutionMode.ORT_PARALLEL
+        setattr(so, k, v)
     return so
 
 
@@ -361,10 +338,7 @@ def count_assignment(subgraphs: Iterable[Any]) -> dict[str, int]:
     dump: a sequence of objects / dicts with ``ep_name`` and ``get_nodes()`` / ``nodes``."""
     counts: Counter[str] = Counter()
     for sub in subgraphs:
-        if isinstance(sub, dict):
-            ep, nodes = sub["ep_name"], sub["nodes"]
-        else:
-            ep, nodes = sub.ep_name, sub.get_nodes()
+        ep, nodes = (sub["ep_name"], sub["nodes"]) if isinstance(sub, dict) else (sub.ep_name, sub.get_nodes())
         counts[ep] += len(nodes)
     return dict(counts)
 

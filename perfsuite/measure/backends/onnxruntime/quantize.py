@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.facts import models
 from perfsuite.measure.backends.onnxruntime import decoder_io, entries
 from perfsuite.measure.backends.onnxruntime import export as ex
 
@@ -25,27 +26,27 @@ AGREEMENT_CASES: tuple[tuple[int, int, int], ...] = ((2, 16, 8),)  # (batch, pro
 
 
 @contextlib.contextmanager
-def quiet_root_logger() -> Iterator[None]:
-    """quantize_dynamic logs "Please consider to run pre-processing" on the root logger; not for us."""
+def quiet() -> Iterator[None]:
+    """ORT's quantization tools without warnings and without their root-logger notes ("Please consider to run
+    pre-processing")."""
     root = logging.getLogger()
     old = root.level
     root.setLevel(logging.ERROR)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     finally:
         root.setLevel(old)
 
 
-def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any],
-                   cases: tuple[tuple[int, int, int], ...] = AGREEMENT_CASES) -> float:
+def top1_agreement(float_path: Path, quant_path: Path, meta: dict[str, Any]) -> float:
     """Fraction of positions where the int8 model's greedy token equals the float model's (teacher-forced on the
     float model's tokens so a single flip does not cascade)."""
-    from perfsuite.facts import models
-
     ref_sess, q_sess = decoder_io.cpu_session(float_path), decoder_io.cpu_session(quant_path)
     vocab = int(meta["geometry"]["vocab"])
     agree = total = 0
-    for b, p, steps in cases:
+    for b, p, steps in AGREEMENT_CASES:
         prompt = np.array(models.prompts(b, p, vocab, seed=11), dtype=np.int64)
         ref = decoder_io.ort_greedy_logits(ref_sess, meta, prompt, steps=steps)  # float model on its own tokens
         forced = [r.argmax(-1) for r in ref[:-1]]
@@ -72,8 +73,7 @@ def quantize(float_result: ex.ExportResult) -> ex.ExportResult:
         return ex.ExportResult(target / entries.MODEL_FILE, meta, True, float(meta.get("quantize_seconds", 0.0)))
     t0 = time.perf_counter()
     with entries.building(target) as tmp:
-        with warnings.catch_warnings(), quiet_root_logger():
-            warnings.simplefilter("ignore")
+        with quiet():
             quantize_dynamic(str(float_result.path), str(tmp / entries.MODEL_FILE), weight_type=QuantType.QInt8,
                              per_channel=False, reduce_range=False,
                              use_external_data_format=any(f.suffix == ".data" for f in float_entry.iterdir()))

@@ -1,14 +1,8 @@
 """How the ONNX Runtime backend feeds its decoder: the dynamic layout (one session, the past grows each step) or the
 static layout (fixed-capacity KV buffers; a prefill session and a decode session, each of which only ever sees one
-input shape). Both record the distinct input shapes each session was fed during a generation, the figure that
+input shape), with IO binding on device providers or with ``io_binding=true`` (docs/recipes.md, "The static-shape
+ONNX decoder"). Both record the distinct input shapes each session was fed during a generation, the figure that
 tells whether a compile-per-shape provider (MIGraphX) or a captured graph (CUDA/HIP graphs) can reuse its work.
-
-With IO binding (device providers, or ``io_binding=true``), the static runner binds preallocated ``OrtValue``s:
-inputs updated in place, the KV cache in two buffer sets used alternately (ping-pong: the past of step k is the
-present of step k - 1, and ORT must not read and write one buffer in one run). The addresses are therefore the same
-for every prefill and for every other decode step; with ``enable_graph`` each of the three bindings (prefill,
-even decode step, odd decode step) runs under its own ``gpu_graph_id`` so the provider captures one graph per
-binding and replays it.
 """
 
 from __future__ import annotations
@@ -62,7 +56,7 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 
 class _Runner:
-    """What both layouts share: the graph's input/output names, the shape log and a plain (unbound) step."""
+    """What both layouts share: the graph's input/output names, the shape log and one step (a plain run here)."""
 
     def __init__(self, sess: Any, cfg: pv.SessionConfig, meta: dict[str, Any]) -> None:
         self.cfg, self.meta = cfg, meta
@@ -70,13 +64,17 @@ class _Runner:
         self.outputs = [o.name for o in sess.get_outputs()]
         self.shapes = ShapeLog()
 
-    def _plain(self, sess: Any, name: str, ids: np.ndarray, past_len: int, past: list[Any], step: int,
-               capacity: int | None = None) -> tuple[list[int], State]:
+    def _step(self, sess: Any, name: str, ids: np.ndarray, past_len: int, past: list[Any], step: int,
+              capacity: int | None = None) -> tuple[list[int], State]:
         feeds = decoder_io.step_feeds(self.inputs, ids, past_len, past, capacity)
         self.shapes.note(name, ids.shape, feeds["attention_mask"].shape, _shape(past[0]))
+        nxt, present = self._run(sess, name, feeds, step)
+        return _tokens(nxt), State(present, past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64), step)
+
+    def _run(self, sess: Any, name: str, feeds: dict[str, Any], step: int) -> tuple[Any, list[Any]]:
+        """(next token, present) of one run."""
         outs = sess.run(["next_token", *self.outputs[2:]], feeds)
-        nxt = outs[0]
-        return _tokens(nxt), State(outs[1:], past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64), step)
+        return outs[0], outs[1:]
 
 
 class DynamicRunner(_Runner):
@@ -90,34 +88,29 @@ class DynamicRunner(_Runner):
 
     def prefill(self, ids: np.ndarray) -> tuple[list[int], State]:
         self.shapes.new_generation()
-        return self._step(ids, 0, decoder_io.empty_past(self.meta, ids.shape[0]), 0)
+        return self._step(self.sess, "decoder", ids, 0, decoder_io.empty_past(self.meta, ids.shape[0]), 0)
 
     def decode(self, state: State) -> tuple[list[int], State]:
-        return self._step(state.last.reshape(-1, 1), state.past_len, state.past, state.step + 1)
+        return self._step(self.sess, "decoder", state.last.reshape(-1, 1), state.past_len, state.past, state.step + 1)
 
-    def _step(self, ids: np.ndarray, past_len: int, past: list[Any], step: int) -> tuple[list[int], State]:
+    def _run(self, sess: Any, name: str, feeds: dict[str, Any], step: int) -> tuple[Any, list[Any]]:
         if not self.cfg.io_binding:
-            return self._plain(self.sess, "decoder", ids, past_len, past, step)
+            return super()._run(sess, name, feeds, step)
         import onnxruntime as ort
 
-        feeds = decoder_io.step_feeds(self.inputs, ids, past_len, [])
-        self.shapes.note("decoder", ids.shape, feeds["attention_mask"].shape, _shape(past[0]))
-        b = self.sess.io_binding()
-        for name, value in feeds.items():
-            b.bind_cpu_input(name, value)
-        for name, value in zip(self.inputs[3:], past, strict=True):
+        b = sess.io_binding()
+        for key, value in feeds.items():  # the past is on the device after the first step
             if isinstance(value, ort.OrtValue):
-                b.bind_ortvalue_input(name, value)
+                b.bind_ortvalue_input(key, value)
             else:
-                b.bind_cpu_input(name, value)
+                b.bind_cpu_input(key, value)
         b.bind_output("next_token", "cpu")
         b.bind_output("logits", self.cfg.io_device, self.cfg.device_id)
-        for name in self.outputs[2:]:
-            b.bind_output(name, self.cfg.io_device, self.cfg.device_id)
-        self.sess.run_with_iobinding(b)
+        for key in self.outputs[2:]:
+            b.bind_output(key, self.cfg.io_device, self.cfg.device_id)
+        sess.run_with_iobinding(b)
         outs = b.get_outputs()
-        nxt = outs[0].numpy()
-        return _tokens(nxt), State(list(outs[2:]), past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64), step)
+        return outs[0].numpy(), list(outs[2:])
 
     def info(self) -> dict[str, Any]:
         return {"sessions": 1}
@@ -142,16 +135,16 @@ class StaticRunner(_Runner):
         if ids.shape != (self.batch, self.prompt):
             raise decoder_io.ExportError(f"static decoder sessions are pinned to batch {self.batch} x prompt "
                                          f"{self.prompt}; got prompts of shape {ids.shape}")
-        if self._bound is not None:
-            return self._bound.run(ids, 0, 0)
-        return self._plain(self.prefill_sess, "prefill", ids, 0, self._zero_past, 0, self.capacity)
+        return self._step(self.prefill_sess, "prefill", ids, 0, self._zero_past, 0, self.capacity)
 
     def decode(self, state: State) -> tuple[list[int], State]:
-        ids = state.last.reshape(-1, 1)
-        if self._bound is not None:
-            return self._bound.run(ids, state.past_len, state.step + 1)
-        return self._plain(self.decode_sess, "decode", ids, state.past_len, state.past, state.step + 1,
-                           self.capacity)
+        return self._step(self.decode_sess, "decode", state.last.reshape(-1, 1), state.past_len, state.past,
+                          state.step + 1, self.capacity)
+
+    def _run(self, sess: Any, name: str, feeds: dict[str, Any], step: int) -> tuple[Any, list[Any]]:
+        if self._bound is None:
+            return super()._run(sess, name, feeds, step)
+        return self._bound.run(sess, name, feeds, step)
 
     def info(self) -> dict[str, Any]:
         return {"sessions": 2, "capacity": self.capacity, "prefill_shape": [self.batch, self.prompt],
@@ -160,14 +153,18 @@ class StaticRunner(_Runner):
 
 
 class _BoundBuffers:
-    """Preallocated OrtValues for the static runner's IO binding (fixed addresses, see the module docstring)."""
+    """Preallocated OrtValues for the static runner's IO binding: inputs updated in place, the KV cache in two sets
+    used alternately (ping-pong: the past of step k is the present of step k - 1, and ORT must not read and write one
+    buffer in one run), so every prefill and every other decode step run on the same addresses; with ``enable_graph``
+    each of the three bindings (prefill, even decode step, odd decode step) has its own ``gpu_graph_id``, one
+    captured graph each."""
 
     GRAPH_IDS = (1, 2, 3)  # prefill, even decode steps, odd decode steps
 
     def __init__(self, runner: StaticRunner) -> None:
         import onnxruntime as ort
 
-        self.r = r = runner
+        r = runner
         dev, dev_id = r.cfg.io_device, r.cfg.device_id
 
         def ov(arr: np.ndarray) -> Any:
@@ -201,18 +198,12 @@ class _BoundBuffers:
                 ro.add_run_config_entry(GRAPH_ID_ENTRY, str(self.GRAPH_IDS[len(self.run_options)]))
             self.run_options[(phase, src)] = ro
 
-    def run(self, ids: np.ndarray, past_len: int, step: int) -> tuple[list[int], State]:
-        r = self.r
-        phase = "prefill" if step == 0 else "decode"
+    def run(self, sess: Any, phase: str, feeds: dict[str, Any], step: int) -> tuple[Any, list[Any]]:
         # prefill reads set 0 and writes set 1; decode step k reads the set step k-1 wrote: 1, 0, 1, ...
         src = 0 if step == 0 else step % 2
-        feeds = decoder_io.step_feeds(r.inputs, ids, past_len, [], r.capacity)
         self.ids[phase].update_inplace(feeds["input_ids"])
         self.pos[phase].update_inplace(feeds["position_ids"])
         self.mask.update_inplace(feeds["attention_mask"])
-        r.shapes.note(phase, ids.shape, feeds["attention_mask"].shape, _shape(self.kv[src][0]))
-        sess = r.prefill_sess if phase == "prefill" else r.decode_sess
         sess.run_with_iobinding(self.bindings[(phase, src)], self.run_options[(phase, src)])
-        nxt = np.array(self.next_token.numpy())  # the device -> host copy that ends the step (a copy: reused buffer)
-        return _tokens(nxt), State(self.kv[1 - src], past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64),
-                                   step)
+        # the device -> host copy that ends the step (a copy: the buffer is reused)
+        return np.array(self.next_token.numpy()), self.kv[1 - src]

@@ -32,42 +32,28 @@ def kv_geometry(config: Any) -> tuple[int, int, int]:
     return int(cfg.num_hidden_layers), kv_heads, head_dim
 
 
-def _wrapper(model: Any, num_layers: int) -> Any:
+def _wrapper(model: Any, num_layers: int, static: bool) -> Any:
+    """The decoder-with-past module the export traces: the flat past tensors become a transformers cache, and the
+    graph returns the last position's logits, their greedy token and the flat present.
+
+    The static layout's cache layers write the new keys/values into the slots ``position_ids`` names (``index_copy``,
+    out of place: the graph outputs the written buffers) and hand the whole capacity to attention, under a 4-D
+    additive mask built from ``attention_mask`` (valid slots) and causality (slot <= query position). A 4-D mask is
+    used by transformers as it is, so the model's own mask construction (which would assume a dynamic cache) is not
+    traced."""
     import torch
     from transformers import DynamicCache
-
-    class DecoderWithPast(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any) -> Any:
-            cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(num_layers)])
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=cache, use_cache=True, logits_to_keep=1)
-            logits = out.logits[:, -1, :]
-            flat = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
-            return (logits, logits.float().argmax(dim=-1), *flat)
-
-    return DecoderWithPast().eval()
-
-
-def _static_wrapper(model: Any, num_layers: int) -> Any:
-    """The static layout: the flat fixed-capacity past tensors become a transformers ``Cache`` whose layers write
-    the new keys/values into the slots ``position_ids`` names (``index_copy``, out of place: the graph outputs the
-    written buffers) and hand the whole capacity to attention, under a 4-D additive mask built from
-    ``attention_mask`` (valid slots) and causality (slot <= query position). A 4-D mask is used by transformers as
-    it is, so the model's own mask construction (which would assume a dynamic cache) is not traced."""
-    import torch
     from transformers.cache_utils import Cache, CacheLayerMixin
 
     class _FixedCapacityLayer(CacheLayerMixin):
         is_compileable = True
         is_sliding = False
+        keys: Any  # the mixin's Tensor | None: never None here
+        values: Any
 
         def __init__(self, keys: Any, values: Any, write_pos: Any) -> None:
             super().__init__()
-            self.buffers: list[Any] = [keys, values]
+            self.keys, self.values = keys, values
             self.write_pos = write_pos
             self.max_cache_len = keys.shape[2]
             self.is_initialized = True  # the buffers are the graph inputs: nothing to allocate
@@ -76,9 +62,9 @@ def _static_wrapper(model: Any, num_layers: int) -> Any:
             pass
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            self.buffers = [self.buffers[0].index_copy(2, self.write_pos, key_states),
-                            self.buffers[1].index_copy(2, self.write_pos, value_states)]
-            return self.buffers[0], self.buffers[1]
+            self.keys = self.keys.index_copy(2, self.write_pos, key_states)
+            self.values = self.values.index_copy(2, self.write_pos, value_states)
+            return self.keys, self.values
 
         def get_mask_sizes(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
             return self.max_cache_len, 0
@@ -89,27 +75,32 @@ def _static_wrapper(model: Any, num_layers: int) -> Any:
         def get_max_length(self) -> int:
             return int(self.max_cache_len)
 
-    class StaticDecoder(torch.nn.Module):
+    class DecoderWithPast(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
         def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any) -> Any:
-            # one write position per step for the whole batch (prompts of one batch have equal length: no padding)
-            layers = [_FixedCapacityLayer(past[2 * i], past[2 * i + 1], position_ids[0]) for i in range(num_layers)]
-            cache = Cache(layers=list[Any](layers))
-            slots = torch.arange(past[0].shape[2], device=input_ids.device)
-            allowed = (attention_mask[:, None, None, :] > 0) & (slots[None, None, None, :] <= position_ids[:, None, :, None])
-            dtype = past[0].dtype
-            mask = torch.zeros(allowed.shape, dtype=dtype, device=input_ids.device).masked_fill(
-                ~allowed, torch.finfo(dtype).min)
+            pairs = [(past[2 * i], past[2 * i + 1]) for i in range(num_layers)]
+            cache: Any
+            if static:
+                # one write position per step for the whole batch (prompts of one batch have equal length: no padding)
+                cache = Cache(layers=[_FixedCapacityLayer(k, v, position_ids[0]) for k, v in pairs])
+                slots = torch.arange(past[0].shape[2], device=input_ids.device)
+                allowed = ((attention_mask[:, None, None, :] > 0)
+                           & (slots[None, None, None, :] <= position_ids[:, None, :, None]))
+                dtype = past[0].dtype
+                mask = torch.zeros(allowed.shape, dtype=dtype, device=input_ids.device).masked_fill(
+                    ~allowed, torch.finfo(dtype).min)
+            else:
+                cache, mask = DynamicCache(pairs), attention_mask
             out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
                              past_key_values=cache, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1, :]
-            flat = [t for layer in layers for t in layer.buffers]
+            flat = [t for layer in cache.layers for t in (layer.keys, layer.values)]
             return (logits, logits.float().argmax(dim=-1), *flat)
 
-    return StaticDecoder().eval()
+    return DecoderWithPast().eval()
 
 
 def torch_export(model: Any, path: Path, dtype: str, opset: int, layout: str = "dynamic") -> None:
@@ -127,17 +118,16 @@ def torch_export(model: Any, path: Path, dtype: str, opset: int, layout: str = "
     axes = {k: dict(v) for k, v in names.items()}
     if layout == "static":
         capacity = p + s + 3  # slots beyond the valid part, as in every decode step but the last
-        wrapper = _static_wrapper(model, layers)
         mask = torch.zeros(b, capacity, dtype=torch.long)
         mask[:, :p + s] = 1
         past = [torch.randn(b, kv_heads, capacity, head_dim, dtype=tdtype) for _ in range(2 * layers)]
         axes.update({n: dict(decoder_io.STATIC_KV_DIM_NAMES) for n in inputs[3:] + outputs[2:]})
     else:
-        wrapper = _wrapper(model, layers)
         mask = torch.ones(b, p + s, dtype=torch.long)
         past = [torch.randn(b, kv_heads, p, head_dim, dtype=tdtype) for _ in range(2 * layers)]
         axes.update({n: {0: "batch", 2: "past"} for n in inputs[3:]})
         axes.update({n: {0: "batch", 2: "total"} for n in outputs[2:]})
+    wrapper = _wrapper(model, layers, layout == "static")
     with warnings.catch_warnings(), torch.no_grad():
         # TracerWarnings, the legacy-exporter DeprecationWarning, aten::index notes: the parity check below is
         # what decides whether the trace is right.
