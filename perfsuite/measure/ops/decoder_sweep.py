@@ -1,10 +1,7 @@
-"""Exported-decoder sweep: the ONNX Runtime backend's exported decoder-with-past over drawn (batch, seq, past).
+"""Exported-decoder sweep over drawn (batch, seq, past) (docs/ops.md, "Exported decoder sweep").
 
-Catches shape specialisation: an export that is only right at (or near) its dummy shape (batch 2, seq 3, past 5
-in ``perfsuite.measure.backends.onnxruntime.tracing``). For each drawn shape the past KV comes from torch (a prefill of the
-first ``past`` tokens), the ORT session runs the next ``seq`` tokens on it, and its last-position logits are
-compared with torch's logits for the whole ``past + seq`` sequence (no cache). Tolerance and the greedy-token
-check are the exporter's own (``decoder_io.tolerance`` / ``decoder_io.compare_logits``).
+Catches an export that is only right at (or near) its dummy shape (batch 2, seq 3, past 5 in
+``perfsuite.measure.backends.onnxruntime.tracing``).
 """
 
 from __future__ import annotations

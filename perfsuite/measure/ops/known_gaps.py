@@ -1,16 +1,14 @@
 """Known operator gaps, keyed by what determines them: ``baselines/known_gaps/*.toml`` (docs/ops.md, "Known gaps").
 
-A runner class's gaps are the entries of ``all.toml``, ``<family>.toml`` and ``<runner-class>.toml`` (those that
-exist) whose ``when`` holds here. Like an xfail: a non-pass cell that an entry matches (op, backend, dtype, shape
-class, status; each a string, a list or ``"*"``) is *known*, otherwise *new* (the run fails); an entry whose
-exercised cells all pass is *fixed*. On a feature set that no file's ``characterised_on`` covers, an unmatched
-non-pass cell is *not yet characterised*: reported, failed only by ``--strict``.
+A runner class's gaps are the entries of ``all.toml``, ``<family>.toml`` and ``<runner-class>.toml`` whose ``when``
+holds here. Like an xfail: a non-pass cell an entry matches is *known*, otherwise *new* (*not yet characterised* on a
+feature set no file's ``characterised_on`` covers); an entry whose exercised cells all pass is *fixed*.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,41 +125,28 @@ def scope_files(runner_class: str, directory: Path | None = None) -> tuple[Path,
     return d / f"{ALL_RUNNERS}.toml", d / f"{family(rc)}.toml", d / f"{rc}.toml"
 
 
-def legacy_file(runner_class: str, directory: Path | None = None, legacy: str | None = None) -> Path | None:
-    """``<old name>.toml`` when ``runner_class`` has no file of its own but has one under its pre-tier name
-    (``legacy``; default: this machine's, if ``runner_class`` is the class detected here)."""
-    from perfsuite.machine.runner_class import legacy_of
-
-    own = path_for(runner_class, directory)
-    old = legacy if legacy is not None else legacy_of(runner_class)
-    if not old or old == runner_class or own.exists():
-        return None
-    path = own.with_name(f"{old}.toml")
-    return path if path.exists() else None
-
-
-def renamed_note(old: Path, runner_class: str) -> str:
-    new = old.with_name(f"{runner_class}.toml")
-    return (f"{old} is read as {new.name}: it is named after this machine's runner class before classes carried the "
-            f"CPU tier; rename it with `perfsuite baselines migrate` (or `git mv {old} {new}`)")
-
-
 def for_runner(runner_class: str, directory: Path | None = None, env: Environment | None = None,
                legacy: str | None = None) -> GapSet:
     """The gaps of ``runner_class``: all.toml + its family's file + its own, entries whose ``when`` holds in ``env``
-    (default: this machine). Its own file is also found under its pre-tier name (:func:`legacy_file`; ``legacy``
-    names it, default: this machine's), with a note saying to rename it. Raises :class:`KnownGapsError` for a
-    malformed file or an invalid class."""
+    (default: this machine). Without a file of its own, its file under its pre-tier name (``legacy``; default: this
+    machine's, if ``runner_class`` is the class detected here) is read, with a note saying to rename it. Raises
+    :class:`KnownGapsError` for a malformed file or an invalid class."""
+    from perfsuite.machine.runner_class import legacy_of
+
     try:
-        files = scope_files(runner_class, directory)
-        old = legacy_file(runner_class, directory, legacy)
+        every, fam, own = scope_files(runner_class, directory)
+        name = legacy if legacy is not None else legacy_of(runner_class)
     except ValueError as exc:
         raise KnownGapsError(str(exc)) from None
-    if old is not None and files[2] != files[1]:
-        files = (files[0], files[1], old)
-    present = tuple(dict.fromkeys(p for p in files if p.exists()))
-    note = renamed_note(old, runner_class) if old is not None and old in present else ""
-    return read(runner_class, present, files[2] if files[2] != files[1] else None, env or environment(), note)
+    path = own.with_name(f"{name}.toml")
+    old = path if name and name != runner_class and not own.exists() and path.exists() else None
+    note = ""
+    if old is not None and own != fam:
+        note = (f"{old} is read as {own.name}: it is named after this machine's runner class before classes carried "
+                f"the CPU tier; rename it with `perfsuite baselines migrate` (or `git mv {old} {own}`)")
+        own = old
+    present = tuple(dict.fromkeys(p for p in (every, fam, own) if p.exists()))
+    return read(runner_class, present, own if own != fam else None, env or environment(), note)
 
 
 def read(runner_class: str, paths: tuple[Path, ...], own: Path | None, env: Environment, renamed: str = "") -> GapSet:
@@ -187,9 +172,6 @@ class GapReport:
     fixed: list[dict[str, Any]] = field(default_factory=list)  # gap entries whose cells now pass
     # non-pass cells on a feature set that no known-gaps file characterises yet: reported, failed only by --strict
     uncharacterised: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _tuple(v: Any, key: str, where: str) -> tuple[str, ...]:

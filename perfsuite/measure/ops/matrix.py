@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from perfsuite.measure.ops.known_gaps import GapReport
@@ -65,7 +65,7 @@ class Matrix:
     def to_json(self, meta: dict[str, Any], gaps: GapReport | None = None) -> str:
         return json.dumps({"schema_version": SCHEMA_VERSION, "meta": meta, "skipped_backends": self.skipped,
                            "columns": [f"{b}/{d}" for b, d in self.columns()],
-                           "cells": self.cell_dicts(), "gaps": gaps.as_dict() if gaps else None},
+                           "cells": self.cell_dicts(), "gaps": asdict(gaps) if gaps else None},
                           indent=1, default=str)
 
     def to_markdown(self, meta: dict[str, Any], gaps: GapReport | None = None) -> str:

@@ -1,8 +1,6 @@
-"""ONNX Runtime sessions for single-op graphs, through the ORT backend's provider module.
-
-``perfsuite.measure.backends.onnxruntime.providers`` maps a backend to its execution provider and options and
-counts node placement; this module makes the ``InferenceSession`` and reports where the nodes ran. Device EPs are
-created non-strict (CPU fallback allowed) so that a fallback is *observed* and classified, not refused.
+"""ONNX Runtime sessions for single-op graphs (providers and options from the ORT backend's ``providers``), and
+where their nodes ran. Device EPs are created non-strict (CPU fallback allowed): a fallback is *observed* and
+classified, not refused.
 """
 
 from __future__ import annotations
@@ -39,12 +37,11 @@ def availability(backend: str) -> str | None:
     return P.availability_reason(backend, ort.get_available_providers(), ort.__version__)
 
 
-def make_session(model_bytes: bytes, backend: str, dtype: str, options: dict[str, Any] | None = None) -> Any:
+def make_session(model_bytes: bytes, backend: str, dtype: str) -> Any:
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)  # run-time kernel errors are classified, not printed
     opts = {"strict": False} if P.ep_of(backend) != P.CPU_EP else {}
-    opts.update(options or {})
     cfg = P.build_session_config(backend, dtype, opts, ort.__version__)
     return ort.InferenceSession(model_bytes, P.session_options(ort, cfg), providers=cfg.providers,
                                 provider_options=cfg.provider_options)

@@ -1,6 +1,5 @@
-"""Hypothesis profiles for the operator shape tests (docs/ops.md, "Running"): ``ci`` (derandomized, no example
-database), ``nightly`` (random, many examples, a directory database so that failures found once are replayed
-first) and ``gpu-smoke`` (derandomized, large shape bounds).
+"""Hypothesis profiles for the operator shape tests (docs/ops.md, "Running"): ``ci``, ``nightly`` (random, with a
+database that replays failures found once first) and ``gpu-smoke``.
 
 Selected by ``--hypothesis-profile NAME`` (hypothesis' own pytest option: the root conftest calls
 :func:`register_profiles` at import time) or ``PERFSUITE_HYPOTHESIS_PROFILE``; default ``ci``.

@@ -1,8 +1,4 @@
-"""Operator registry: what LLM inference runs, each with a float64 reference and per-backend implementations.
-
-The op contract is :class:`perfsuite.measure.ops.impl.base.Op`; the definitions live in :mod:`perfsuite.measure.ops.impl`
-(dense, attention, pointwise, quant). ``OPS`` keeps the matrix order.
-"""
+"""Operator registry: the ops of :mod:`perfsuite.measure.ops.impl` (contract: :class:`.impl.base.Op`), matrix order."""
 
 from __future__ import annotations
 

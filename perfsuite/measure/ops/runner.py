@@ -1,10 +1,7 @@
 """Run one (op, backend, dtype, shape) cell and classify it (docs/ops.md, "Classification").
 
-Statuses, worst last (a matrix cell shows the worst): ``pass``; ``unsupported`` (the backend raised);
-``fallback`` (ran, but not where asked: ORT nodes on the CPU EP, torch output on another device, an SDPA kernel
-family other than expected, torch.compile falling back to eager); ``wrong`` (out of tolerance, or NaN/Inf where
-the reference is finite); ``crash`` (the process running the cell died or hung: only observable in a worker
-process, :mod:`perfsuite.measure.ops.worker`). Cells a backend cannot offer here are left out, not a status.
+Statuses, worst last: pass, unsupported, fallback, wrong, crash (a matrix cell shows the worst); ``crash`` is only
+observable in a worker process (:mod:`perfsuite.measure.ops.worker`).
 """
 
 from __future__ import annotations
@@ -79,10 +76,9 @@ class OpResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OpResult:
-        got = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("max_ratio", "max_abs_err"):  # as_dict writes a non-finite value as "inf"/"-inf" (JSON has none)
-            if k in got:
-                got[k] = float(got[k])
+        # as_dict writes a non-finite max_ratio/max_abs_err as "inf"/"-inf" (JSON has none)
+        got: dict[str, Any] = {k: float(d[k]) if k in ("max_ratio", "max_abs_err") else d[k]
+                               for k in cls.__dataclass_fields__ if k in d}
         return cls(**got)
 
 

@@ -1,8 +1,5 @@
-"""Hypothesis strategies for LLM-shaped operator inputs (docs/ops.md, "Shapes").
-
-Every draw is a :class:`Shape`: the LLM dimensions an op may read plus the *shape class* it was drawn for
-(:data:`SHAPE_CLASSES`), within a :class:`Bounds` profile: ``small`` (CPU, CI-friendly) or ``large`` (GPU).
-"""
+"""Hypothesis strategies for LLM-shaped operator inputs: a :class:`Shape` per draw, within :data:`BOUNDS`
+(docs/ops.md, "Shapes")."""
 
 from __future__ import annotations
 
@@ -64,10 +61,6 @@ class Shape:
     def total(self) -> int:
         return self.past + self.new
 
-    @property
-    def tokens(self) -> int:
-        return self.batch * self.new
-
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -96,7 +89,7 @@ def fit(shape: Shape, b: Bounds) -> Shape:
     """Shrink batch / kv heads / sequence until the float64 reference cost fits ``b.max_ref_flops``."""
     def cost(s: Shape) -> float:
         attn = 2.0 * s.batch * s.heads * s.new * s.total * s.head_dim * 2
-        lin = 2.0 * s.tokens * s.hidden * max(s.vocab, s.inter)
+        lin = 2.0 * s.batch * s.new * s.hidden * max(s.vocab, s.inter)
         return max(attn, lin)
 
     odd = shape.shape_class == "odd"

@@ -1,10 +1,8 @@
-"""Hypothesis-driven sweep that fills the coverage matrix (the engine of ``perfsuite ops``).
+"""Hypothesis-driven sweep that fills the coverage matrix (the engine of ``perfsuite ops``, docs/ops.md).
 
-For every op and shape class, hypothesis draws shapes from :func:`perfsuite.measure.ops.shapes.llm_shapes` (canonical
-shapes first, as explicit examples); each drawn shape is run on every (backend, dtype) column. Failures do not
-stop the search (they are recorded), and ``hypothesis.target`` steers the search toward the largest
-error/tolerance ratio per column. A column's first failing example is kept with its concrete shape and seed
-(``OpResult.repro()``), rerunnable with ``perfsuite ops --repro``.
+Each shape drawn for an op and shape class (canonical shapes first) runs on every (backend, dtype) column. Failures
+are recorded, not raised, so the search goes on; ``hypothesis.target`` steers it toward the largest
+error/tolerance ratio per column.
 """
 
 from __future__ import annotations
@@ -38,18 +36,13 @@ class SweepConfig:
 def available_backends(backends: list[str]) -> tuple[list[str], dict[str, str]]:
     from perfsuite.measure.ops import ort_adapter
 
-    ok, skipped = [], {}
-    for b in backends:
-        reason = None
+    def reason(b: str) -> str | None:
         if b.startswith("onnxruntime"):
-            reason = ort_adapter.availability(b)
-        elif b not in runner.TORCH_BACKENDS:
-            reason = f"unknown backend; use one of {', '.join(runner.BACKENDS)}"
-        if reason:
-            skipped[b] = reason
-        else:
-            ok.append(b)
-    return ok, skipped
+            return ort_adapter.availability(b)
+        return None if b in runner.TORCH_BACKENDS else f"unknown backend; use one of {', '.join(runner.BACKENDS)}"
+
+    reasons = [(b, reason(b)) for b in backends]
+    return [b for b, r in reasons if not r], {b: r for b, r in reasons if r}
 
 
 def run_sweep(cfg: SweepConfig, progress: Callable[[str], None] | None = None) -> Matrix:

@@ -1,10 +1,8 @@
 """Tolerance rule: how far a backend's output may sit from the float64 reference (docs/ops.md, "Tolerance").
 
-The reference is float64 of the *dtype-rounded* inputs, so input rounding is never counted as error. Per element
-``tol = C * eps(dtype) * (sqrt(K) * mag + |ref|) + floor(dtype)``: error analysis bounds a length-``K`` dot
-product by ``~K * eps * (|a| . |b|)``; blocked/pairwise/fp32-accumulating kernels behave like ``sqrt(K) * eps``
-in practice, which is what we use. ``K`` (reduction length), ``mag`` (magnitude of the summed terms) and any
-quantization bound come from the op's reference, ``C`` from the op. NaN/Inf where the reference is finite is wrong.
+Per element ``tol = C * eps(dtype) * (sqrt(K) * mag + |ref|) + floor(dtype)``: error analysis bounds a length-``K``
+dot product by ``~K * eps * (|a| . |b|)``; blocked/pairwise/fp32-accumulating kernels behave like ``sqrt(K) * eps``
+in practice, which is what we use.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Risky op cells in worker processes: a device fault (abort, segfault, hang) kills one cell, not the session.
 
-Each isolated cell is a job of kind ``op`` (run by :func:`perfsuite.measure.ops.runner.evaluate`) on the worker of
-every measurement (:mod:`perfsuite.measure.worker.pool`): a fresh child forked from a zygote that imported torch and
-ONNX Runtime once (~0.1 s a cell). A child that dies or does not answer within the timeout makes the cell ``crash``.
+Each cell is an ``op`` job on :mod:`perfsuite.measure.worker.pool`, in a child forked from a zygote that imported
+torch and ONNX Runtime once (~0.1 s a cell); a child that dies or does not answer in time makes the cell ``crash``.
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ class Worker:
 
         side = pool.this_side("op")
         if env is not None:
-            extra = dict(env)
-            extra["PYTHONPATH"] = os.pathsep.join(p for p in (str(side.tree), env.get("PYTHONPATH", "")) if p)
-            side = replace(side, env=tuple(extra.items()))
+            path = os.pathsep.join(p for p in (str(side.tree), env.get("PYTHONPATH", "")) if p)
+            side = replace(side, env=tuple({**env, "PYTHONPATH": path}.items()))
         self.timeout_s = timeout_s
         self.pool = pool.Pool(side, preload=PRELOAD)
         self.crashes = 0

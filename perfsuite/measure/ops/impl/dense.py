@@ -68,18 +68,13 @@ def _ln_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
 ROPE_THETA = 10000.0
 
 
-def _rope_cache(n_pos: int, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
-    inv = 1.0 / ROPE_THETA ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    ang = np.arange(n_pos, dtype=np.float64)[:, None] * inv[None, :]
-    return np.cos(ang), np.sin(ang)  # [n_pos, head_dim/2]
-
-
 def _rope_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
     r = rng_for(seed)
-    cos, sin = _rope_cache(s.total, s.head_dim)
+    inv = 1.0 / ROPE_THETA ** (np.arange(0, s.head_dim, 2, dtype=np.float64) / s.head_dim)
+    ang = np.arange(s.total, dtype=np.float64)[:, None] * inv[None, :]  # [positions, head_dim/2]
     pos = np.broadcast_to(np.arange(s.past, s.total, dtype=np.int64), (s.batch, s.new)).copy()
     return {"x": round_to(r.standard_normal((s.batch, s.heads, s.new, s.head_dim)), dtype),
-            "cos": round_to(cos, dtype), "sin": round_to(sin, dtype), "pos": pos}
+            "cos": round_to(np.cos(ang), dtype), "sin": round_to(np.sin(ang), dtype), "pos": pos}
 
 
 def _rotate(x: Any, cos: Any, sin: Any, pos: Any, cat: Callable[..., Any]) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -62,15 +63,15 @@ def _q4_inputs(s: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
             "scales": round_to(r.uniform(0.5, 1.5, (groups, n)) / (4 * math.sqrt(k)), dtype)}
 
 
-def _q4_dequant(i: dict[str, np.ndarray], g: int) -> np.ndarray:
-    k = i["q"].shape[0]
-    z = np.repeat(i["zeros"].astype(np.float64), g, 0)[:k]
-    sc = np.repeat(i["scales"], g, 0)[:k]
-    return (i["q"].astype(np.float64) - z) * sc
+def _q4_dequant(q: Any, zeros: Any, scales: Any, g: int, repeat: Callable[[Any, int], Any]) -> Any:
+    """``(q - zero) * scale`` with a zero point and scale per ``g`` rows along K, on numpy or torch arrays (``repeat``
+    repeats each row ``g`` times)."""
+    return (q - repeat(zeros, g)[:len(q)]) * repeat(scales, g)[:len(q)]
 
 
 def _q4_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
-    wd = _q4_dequant(i, s.group)
+    wd = _q4_dequant(i["q"].astype(np.float64), i["zeros"].astype(np.float64), i["scales"], s.group,
+                     lambda a, g: np.repeat(a, g, 0))
     x = i["x"]
     return Ref(x @ wd, np.abs(x) @ np.abs(wd), k=x.shape[-1])
 
@@ -78,12 +79,8 @@ def _q4_ref(i: dict[str, np.ndarray], s: Shape) -> Ref:
 def _q4_torch(t: dict[str, Any], s: Shape) -> Any:
     """The dequantize-then-matmul fallback path (what an AWQ model runs without a fused int4 kernel)."""
     x = t["x"]
-    k = t["q"].shape[0]
-    g = s.group
-    z = t["zeros"].to(x.dtype).repeat_interleave(g, 0)[:k]
-    sc = t["scales"].repeat_interleave(g, 0)[:k]
-    w = (t["q"].to(x.dtype) - z) * sc
-    return x @ w
+    return x @ _q4_dequant(t["q"].to(x.dtype), t["zeros"].to(x.dtype), t["scales"], s.group,
+                           lambda a, g: a.repeat_interleave(g, 0))
 
 
 def _q4_onnx(s: Shape, dtype: str) -> Any:
