@@ -41,3 +41,25 @@ def test_exported_decoder_shapes(harness, case):
     r = harness.check(case, seed=case.batch * 1000 + case.seq * 31 + case.past)
     event(f"{case.shape_class}: {r['status']}")
     assert r["status"] == "pass", f"exported decoder at batch={case.batch} seq={case.seq} past={case.past}: {r}"
+
+
+def test_a_session_error_without_a_message_is_reported_not_raised(harness):
+    """An execution provider may raise with an empty message: the case is "unsupported", named by the error's type
+    (the first line of an empty message used to raise IndexError out of the sweep)."""
+
+    class _Raises:
+        def __init__(self, real):
+            self.real = real
+
+        def get_inputs(self):
+            return self.real.get_inputs()
+
+        def run(self, *args, **kwargs):
+            raise RuntimeError("")
+
+    real, harness.session = harness.session, _Raises(harness.session)
+    try:
+        r = harness.check(CANONICAL[0])
+    finally:
+        harness.session = real
+    assert r["status"] == "unsupported" and r["detail"] == "RuntimeError: ", r

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from perfsuite.measure.ops.runner import short_error
+
 
 @dataclass
 class DecoderCase:
@@ -75,8 +77,7 @@ class DecoderHarness:
         try:
             out = self.session.run(None, self.decoder_io.step_feeds(names, ids[:, case.past:], case.past, past))
         except Exception as exc:
-            return {"status": "unsupported", "detail": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
-                    "case": case.__dict__}
+            return {"status": "unsupported", "detail": short_error(exc), "case": case.__dict__}
         got = out[0].astype(np.float32)
         if got.shape != ref.shape:
             return {"status": "wrong", "detail": f"logits shape {got.shape} != {ref.shape}", "case": case.__dict__}

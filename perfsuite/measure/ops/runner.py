@@ -207,7 +207,7 @@ def run_backend(op: registry.Op, backend: str, dtype: str, shape: Shape, inputs:
     raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
 
-def _short_error(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0]  # after strip(), the first line is the first non-blank one
     return f"{type(exc).__name__}: {first[:300]}"
 
@@ -228,7 +228,7 @@ def evaluate(op_name: str, backend: str, dtype: str, shape: Shape, seed: int | N
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        res.status, res.detail = "unsupported", _short_error(exc)
+        res.status, res.detail = "unsupported", short_error(exc)
         if backend == "torch-compile" and "recompile" in str(exc).lower() and "limit" in str(exc).lower():
             res.status = "fallback"  # dynamo would have run this eagerly
             res.detail = "torch.compile hit its recompile limit (dynamo falls back to eager): " + res.detail
@@ -239,7 +239,7 @@ def evaluate(op_name: str, backend: str, dtype: str, shape: Shape, seed: int | N
     try:
         cmp = op.check(out, ref, dtype, inputs)
     except Exception as exc:  # unexpected output structure
-        res.status, res.detail = "wrong", f"output not comparable: {_short_error(exc)}"
+        res.status, res.detail = "wrong", f"output not comparable: {short_error(exc)}"
         res.max_ratio = float("inf")
         res.seconds = time.perf_counter() - t0
         return res
