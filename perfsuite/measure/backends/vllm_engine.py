@@ -153,8 +153,10 @@ def _is_resource_tracker(p: Any) -> bool:
         return False
 
 
-def shutdown_engine(engine: Any, procs: EngineProcesses) -> list[int]:
-    """Shut an ``LLMEngine`` down and wait for its processes; returns the pids that had to be killed."""
+def shutdown_engine(owner: Any, procs: EngineProcesses) -> list[int]:
+    """Shut ``owner.engine`` (an ``LLMEngine``) down and wait for its processes; returns the pids that had to be
+    killed. The owner's reference goes here, so the engine is freed before the wait (a caller's local would keep it)."""
+    engine, owner.engine = owner.engine, None
     try:
         if engine is not None:
             engine.engine_core.shutdown()
@@ -250,8 +252,7 @@ class EngineBackend:
             self._info["awq"] = awq_info
 
     def close(self) -> None:
-        engine, self.engine = self.engine, None
-        self._info["killed_leftover_pids"] = shutdown_engine(engine, self._procs)
+        self._info["killed_leftover_pids"] = shutdown_engine(self, self._procs)
         if self._rpc_dir:
             shutil.rmtree(self._rpc_dir, ignore_errors=True)
 
