@@ -10,8 +10,9 @@ What is real and what stands in (every stand-in is listed here, nothing else is 
   an ``ab`` budget is cut to ``AB_BUDGET`` and an ``ops`` sweep to a few ops (``CHEAP_OPS``).
 * ``uses:`` steps: checkout = the copy; upload/download-artifact = a shared folder; cache restore/save = a folder
   that survives between simulated nightlies; setup-python = the running interpreter.
-* Commands on PATH: ``pip`` installs (``pip install -e ".[extras]"``) are checked (the extras must exist in
-  pyproject.toml, the path must be a checkout) but install nothing (the shared venv already has everything);
+* Commands on PATH: ``pip`` installs (``pip install -e ".[extras]"``, and scripts/uv_install.py's) are checked (the
+  extras must exist in pyproject.toml, the path must be a checkout) but install nothing (the shared venv already has
+  everything);
   ``python -m venv`` makes a folder whose ``bin/python``/``perfsuite`` run this interpreter; ``gh`` is recorded.
 """
 
@@ -38,6 +39,10 @@ CHEAP_OPS = "--ops linear,rmsnorm --classes unit --backends torch --dtypes float
 SHIM_PYTHON = r'''#!/usr/bin/env bash
 # python stand-in: pip installs are checked, not done; venvs are folders of stand-ins; the rest is real.
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then shift 2; exec "$SIM_BIN/pip" "$@"; fi
+# scripts/install.sh's uv install: checked like a pip install, not done (it would install into this interpreter)
+case "$1" in */uv_install.py|uv_install.py)
+  echo "uv-install $2" >> "$SIM_LOG"; exec "$SIM_PYTHON" "$SIM_CHECK_PIP" install -e "$2" ;;
+esac
 if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
   for d in "$@"; do case "$d" in -*|-m|venv) ;; *) dir="$d" ;; esac; done
   mkdir -p "$dir/bin"

@@ -96,7 +96,9 @@ def test_ci_yml_steps_run_here(tmp_path: Path) -> None:
     sim = simu.Sim(tmp_path, simu.load("ci.yml"), "ci.yml", env_overrides={"PYTEST_ADDOPTS": "--collect-only -q"})
     simu.run_job(sim, "test")
     log = simu.calls(sim)
-    assert any(c.startswith("pip install --disable-pip-version-check -q -e .[cpu,test]") for c in log), log
+    # scripts/install.sh installs with uv when `pip install uv` works (here: always), else with pip
+    assert any(c == "uv-install .[cpu,test]" or c.startswith("pip install --disable-pip-version-check -q -e .[cpu,test]")
+               for c in log), log
 
 
 def _model_cache_env() -> dict[str, str]:
