@@ -34,10 +34,15 @@ class ToolResult:
         return self.rc == 0 and not self.problem
 
 
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process group ``proc`` leads (the tool and its children)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+def kill_group(pid: int, *, or_alone: bool = False) -> None:
+    """SIGKILL the process group ``pid`` leads (the process and its children). With ``or_alone``, SIGKILL just ``pid``
+    if that fails (a forked worker killed before its ``setsid``); not after a reap: another process may have its pid."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        if or_alone:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def kill_all() -> None:
@@ -45,7 +50,7 @@ def kill_all() -> None:
     with _lock:
         procs = list(_live)
     for p in procs:
-        kill_group(p)
+        kill_group(p.pid)
 
 
 def run_tool(cmd: Sequence[str], timeout_s: float, *, cwd: str | os.PathLike[str] | None = None,
@@ -64,18 +69,18 @@ def run_tool(cmd: Sequence[str], timeout_s: float, *, cwd: str | os.PathLike[str
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        kill_group(proc)
+        kill_group(proc.pid)
         out, err = proc.communicate()
         return ToolResult(TIMED_OUT, _lenient(out), _lenient(err),
                           f"{name} did not answer within {timeout_s:g} s (killed it and its children)")
     except BaseException:  # Ctrl-C, or a kill_all() from another thread
-        kill_group(proc)
+        kill_group(proc.pid)
         proc.wait()
         raise
     finally:
         with _lock:
             _live.discard(proc)
-    kill_group(proc)  # a tool that exited but left a child behind in its group
+    kill_group(proc.pid)  # a tool that exited but left a child behind in its group
     try:
         return ToolResult(proc.returncode, out.decode("utf-8"), _lenient(err))
     except UnicodeDecodeError as exc:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.facts import TREE
-from perfsuite.machine.external import CANNOT_RUN, NOT_FOUND, TIMED_OUT, ToolResult, run_tool
+from perfsuite.machine.external import CANNOT_RUN, NOT_FOUND, TIMED_OUT, ToolResult, kill_group, run_tool
 from perfsuite.measure.worker import layout
 from perfsuite.measure.worker.job import PROTOCOL, ProcessResult
-from perfsuite.measure.worker.zygote import Zygote, ZygoteError, killpg, signal_text, tail
+from perfsuite.measure.worker.zygote import Zygote, ZygoteError, signal_text, tail
 
 # The module paths another tree is driven through, where that tree predates the layer packages (commits before
 # 2026-12-05 hold perfsuite/worker/, perfsuite/measure.py, perfsuite/serve/, ...): `perfsuite ab`, the confirmation
@@ -232,7 +232,7 @@ class Running:
         return self.status is not None
 
     def kill(self) -> None:
-        killpg(self.pid)  # the worker leads a process group of its own
+        kill_group(self.pid, or_alone=True)  # the worker leads a process group of its own
 
     def _wait(self, timeout_s: float) -> int | None:
         """The exit status, or None if the process did not end within ``timeout_s``."""

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from perfsuite.machine.external import kill_group
 from perfsuite.measure.worker import layout
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class Zygote:
                     z.stdin.close()
                 z.wait(timeout=10)
         except BaseException as exc:  # it did not go, or Ctrl-C while it says goodbye
-            killpg(z.pid)
+            kill_group(z.pid, or_alone=True)
             z.wait()
             if not isinstance(exc, (subprocess.TimeoutExpired, OSError)):
                 raise
@@ -158,11 +159,3 @@ class Zygote:
                 if stream is not None:
                     with contextlib.suppress(OSError):
                         stream.close()
-
-
-def killpg(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
