@@ -167,7 +167,7 @@ def _sdpa_families(fn: Any) -> tuple[Any, set[str]]:
 
 
 def run_backend(op: registry.Op, backend: str, dtype: str, shape: Shape, inputs: dict[str, np.ndarray],
-                device: str, check_kernels: bool = True) -> tuple[Any, str | None, dict[str, Any]]:
+                device: str) -> tuple[Any, str | None, dict[str, Any]]:
     """(output as numpy, fallback reason or None, extra facts). Raises when the backend cannot run the cell."""
     extra: dict[str, Any] = {}
     if backend in TORCH_BACKENDS:
@@ -177,7 +177,7 @@ def run_backend(op: registry.Op, backend: str, dtype: str, shape: Shape, inputs:
         fn = op.torch if backend == "torch" else compiled(op.name, dtype, device)
         fams: set[str] | None = None
         with torch.no_grad():
-            if op.sdpa and backend == "torch" and check_kernels:
+            if op.sdpa and backend == "torch":
                 out, fams = _sdpa_families(lambda: fn(t_in, shape))
                 extra["sdpa_kernels"] = sorted(fams)
             else:
@@ -212,8 +212,8 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
-def evaluate(op_name: str, backend: str, dtype: str, shape: Shape, seed: int | None = None, device: str = "cpu",
-             check_kernels: bool = True) -> OpResult:
+def evaluate(op_name: str, backend: str, dtype: str, shape: Shape, seed: int | None = None,
+             device: str = "cpu") -> OpResult:
     """Run and classify one cell in this process (never raises for a backend failure)."""
     op = registry.get(op_name)
     seed = seed_for(op_name, dtype, shape) if seed is None else seed
@@ -224,7 +224,7 @@ def evaluate(op_name: str, backend: str, dtype: str, shape: Shape, seed: int | N
     except Exception as exc:  # a reference bug is ours, not the backend's: report it loudly
         raise RuntimeError(f"reference of {op_name} failed at {shape.describe()}: {exc}") from exc
     try:
-        out, fallback, extra = run_backend(op, backend, dtype, shape, inputs, device, check_kernels)
+        out, fallback, extra = run_backend(op, backend, dtype, shape, inputs, device)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:

@@ -32,7 +32,7 @@ class Worker:
 
     def run(self, op: str, backend: str, dtype: str, shape: Shape, seed: int, device: str = "cpu") -> OpResult:
         job = {"kind": "op", "op": op, "backend": backend, "dtype": dtype, "shape": shape.as_dict(), "seed": seed,
-               "device": device, "check_kernels": True, "index": 0, "label": "op"}
+               "device": device, "index": 0, "label": "op"}
         pr = self.pool.measure(job, fork=True, timeout_s=self.timeout_s, keep_failed=False)
         found = pr.backend_info.get("op_result")
         if pr.error is None and isinstance(found, dict):
