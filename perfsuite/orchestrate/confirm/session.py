@@ -227,7 +227,7 @@ class Confirmation:
 
             try:
                 res = twotree.ab(sides, plans, facts, gate.config, budget_s=budget - TEARDOWN_S, decide=decide,
-                                 stop=lambda ms: "decided" if all(m.kind != "open" for m in ms) else None,
+                                 stop=abloop.all_decided,
                                  workdir=wt.parent, members=mems, metrics=metrics,
                                  say=lambda line: say(f"perfsuite confirm: {line}"), progress=progress, started=t0)
             except (UsageError, pool.SideError) as exc:
