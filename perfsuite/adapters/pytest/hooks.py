@@ -5,8 +5,6 @@ this module)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import os
 import tempfile
 import warnings
@@ -270,8 +268,9 @@ def enforce(outcome: GateOutcome) -> None:
 def terminal_summary(terminalreporter: Any, config: pytest.Config, session: PerfSession) -> None:
     """The gate's table (and the confirmation's lines), the ``--perf-gate-json`` file, the session's notes."""
     if session.gate is not None and config.getoption("perf_gate_json"):
-        Path(config.getoption("perf_gate_json")).write_text(json.dumps(
-            [dataclasses.asdict(v) for v in session.gate.verdicts], indent=1))
+        from perfsuite.verdict.decide import verdicts_json
+
+        Path(config.getoption("perf_gate_json")).write_text(verdicts_json(session.gate.verdicts))
     if session.gate is not None:
         conf = session.confirm
         lines = (session.gate.summary_table(conf.decisions(session.gate.verdicts) if conf is not None else None)
