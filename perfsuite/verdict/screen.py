@@ -158,9 +158,3 @@ class GateSession:
             settled = {v.test for v in self.verdicts} - open_
         return lines + [f"inconclusive {values.short_name(node)}: settle it with: {hint}"
                         for node, hint in self.hints.items() if node not in settled]
-
-
-def make_session(raw: Mapping[str, Any] | GateConfig | None, baseline_runs: Sequence[Mapping[str, Any]]
-                 ) -> GateSession:
-    """``raw`` is ``[tool.perfsuite.gate]`` as a mapping (PerfConfig.gate); raises PolicyError when invalid."""
-    return GateSession(baseline_runs, raw)

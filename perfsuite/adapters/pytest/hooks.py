@@ -112,9 +112,9 @@ def configure_benchmark_storage(config: pytest.Config, session: PerfSession, exp
             present = ", ".join(sorted(p.name for p in session.settings.config.baselines_dir.glob("*") if p.is_dir()))
             raise Refused(f"no baseline for runner class {session.runner_class!r} in {session.baseline_dir}; record "
                           f"one with `pytest --perf-update-baselines` (classes present: {present or 'none'})")
-        from perfsuite.verdict.screen import make_session
+        from perfsuite.verdict.screen import GateSession
 
-        session.gate = make_session(session.gate_config, runs)
+        session.gate = GateSession(runs, session.gate_config)
         session.confirm = options.confirmation(config, session)
     # pytest-benchmark keys storage by platform; we key it by runner class. Its session reads the compare option
     # while it is constructed, so hold it back and load the comparison once the machine id is ours.
