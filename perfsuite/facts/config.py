@@ -17,6 +17,7 @@ from typing import Any
 from perfsuite.facts import backend_options, schema
 from perfsuite.facts.backend_options import known_backends
 from perfsuite.facts.cells import DEVICES, DTYPES, QUANTIZATIONS, Cell, Scenario
+from perfsuite.facts.errors import reraise_as
 from perfsuite.facts.schema import Field, first_unknown
 
 if sys.version_info >= (3, 11):
@@ -259,10 +260,8 @@ def parse(raw: Mapping[str, Any], root: Path) -> PerfConfig:
     _unknown("backend_options", set(opts), set(known_backends()))
     for backend, table in opts.items():
         _expect(isinstance(table, Mapping), f"{_where('backend_options', backend)} must be a table of options")
-        try:
+        with reraise_as(ConfigError, backend_options.OptionError):
             backend_options.validate(backend, table)
-        except backend_options.OptionError as exc:
-            raise ConfigError(str(exc)) from None
     cache = raw.get("cache_dir")
     preflight = _preflight(raw.get("preflight", {}))
     return PerfConfig(root=root, baselines_dir=root / str(raw.get("baselines_dir", "baselines")),
@@ -303,11 +302,9 @@ def resolve(config: PerfConfig, *, profile: str, device: str, backends: str | No
     _expect(profile in config.profiles,
             f"--perf-profile {profile!r}: unknown profile; use one of {', '.join(PROFILES)}")
     _expect(device in DEVICES, f"--perf-device {device!r}: use one of {', '.join(DEVICES)} (a ROCm GPU is 'cuda')")
-    try:
+    with reraise_as(ConfigError, ValueError):
         rc = valid_runner_class(runner_class, "runner class (--perf-runner-class, PERFSUITE_RUNNER_CLASS or ini "
                                               "perfsuite_runner_class)")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
     prof = config.profiles[profile]
     bk = tuple(b.strip() for b in backends.split(",") if b.strip()) if backends else prof.backends
     for b in bk:

@@ -5,6 +5,18 @@ where it means bad input."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class UsageError(Exception):
     """Bad input to a command (a path, an option value, a file's content); exit status 2, one line."""
+
+
+@contextlib.contextmanager
+def reraise_as(target: type[Exception], *errors: type[Exception]) -> Iterator[None]:
+    """Re-raise another module's ``errors`` as ``target`` with the same message, the original's chain hidden."""
+    try:
+        yield
+    except errors as exc:
+        raise target(str(exc)) from None

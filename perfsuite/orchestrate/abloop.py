@@ -48,6 +48,11 @@ class Member:
     early: tuple[float, float, int] | None = None  # refuted by a first stage: its (low, high) log interval, pairs
 
 
+def all_decided(ms: list[Member]) -> str | None:
+    """A ``stop`` for run_pairs: ``"decided"`` once no member is open."""
+    return "decided" if all(m.kind != "open" for m in ms) else None
+
+
 def test_name(cell: Mapping[str, Any], metric: str) -> str:
     """The pytest test whose policies gate ``metric`` of ``cell`` (serving cells: ``test_{m}_under_load``)."""
     under_load = "_under_load" if cell.get("backend") == "vllm-serve" else ""

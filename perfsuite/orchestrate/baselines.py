@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from perfsuite.facts.errors import reraise_as
 from perfsuite.facts.runner_name import validate
 from perfsuite.machine.runner_class import recorded_class
 
@@ -106,10 +107,8 @@ def compared_runs(runs: list[dict[str, Any]], compare: str, runner_class: str) -
 def class_dir(baselines_dir: Path, runner_class: str) -> Path:
     """``baselines_dir/<runner_class>``, refused (BaselineError) unless the class is a valid runner class and the
     folder, symlinks resolved, lies inside ``baselines_dir``: a class never names a path."""
-    try:
+    with reraise_as(BaselineError, ValueError):
         validate(runner_class)
-    except ValueError as exc:
-        raise BaselineError(str(exc)) from None
     folder = Path(baselines_dir) / runner_class
     root = Path(baselines_dir).resolve()
     real = folder.resolve()

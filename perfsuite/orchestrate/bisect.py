@@ -164,7 +164,7 @@ class Bisection:
         from perfsuite.facts.errors import UsageError
         from perfsuite.measure.lockstep import LockstepError
         from perfsuite.measure.worker import pool
-        from perfsuite.orchestrate import twotree
+        from perfsuite.orchestrate import abloop, twotree
         from perfsuite.orchestrate.confirm.worktree import temporary_worktree
 
         t0 = time.monotonic()
@@ -187,7 +187,7 @@ class Bisection:
             select = (lambda c, t, m: (c, t, m) == self.tracked) if self.tracked else None
             try:
                 res = twotree.ab(sides, plans, facts, self.config, budget_s=budget_s, decide=decide, select=select,
-                                 stop=lambda ms: "decided" if all(m.kind != "open" for m in ms) else None)
+                                 stop=abloop.all_decided)
             except (UsageError, LockstepError) as exc:  # a side that never got ready or stopped taking turns
                 self.say(f"{label}: skipped: {exc}")
                 return Step(commit, "skip", note=str(exc), seconds=time.monotonic() - t0, budget_s=budget_s)

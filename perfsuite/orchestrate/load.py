@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfsuite.facts.errors import reraise_as
 from perfsuite.orchestrate import baselines
 
 
@@ -36,10 +37,8 @@ def load_runs(path: Path, runner_class: str | None = None, last: int | None = No
         paths = paths[-last:]
     runs = []
     for p in paths:
-        try:
+        with reraise_as(InputError, baselines.BaselineError):
             data = baselines.read_run(p, runner_class, role=role)
-        except baselines.BaselineError as exc:
-            raise InputError(str(exc)) from None
         if not data["benchmarks"]:
             raise InputError(f"{p}: the 'benchmarks' list is empty (no benchmark ran); re-record the run")
         data["_path"] = str(p)

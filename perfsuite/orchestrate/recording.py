@@ -95,7 +95,7 @@ def outlier(ps: PerfSession, data: dict[str, Any]) -> str | None:
     runs = [r for r in runs if not is_contended(r)]
     if len(runs) < 3:
         return None
-    runs = runs[-ps.gate_config.baseline_runs:]
+    runs = ps.gate_config.newest(runs)
     verdicts = compare_runs(runs, [data], ps.gate_config)
     slower = [v for v in verdicts if not v.exact and (v.failed or _slower_and_noisy(v, data, runs))]
     if not slower:

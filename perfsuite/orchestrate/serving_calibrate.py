@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite.facts import config as cfg
-from perfsuite.facts.errors import UsageError
+from perfsuite.facts.errors import UsageError, reraise_as
 from perfsuite.facts.vocabulary import LATENCIES
 from perfsuite.measure.serving import cell as sc
 from perfsuite.measure.serving.replicate import select as pick
@@ -26,10 +26,8 @@ _FLOOR_MS = 1e-6  # a TPOT/ITL of 0 (tokens flushed in one read) on the log scal
 
 def select(profile: str, plan_args: dict[str, Any], root: Path) -> tuple[Any, list[Any]]:
     """The profile's serving table and the cells calibrate's filters pick (none for the default ``--cells *``)."""
-    try:
+    with reraise_as(UsageError, ValueError):
         conf = sc.load(cfg.find_pyproject(root), profile)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     return conf, pick(conf, plan_args)
 
 

@@ -5,9 +5,10 @@ Exact metrics compare values (with an optional tolerance) instead.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfsuite.verdict import stats
@@ -52,6 +53,11 @@ class Verdict:
         if self.ci_low is None or self.ci_high is None:
             return ""
         return f"[{(self.ci_low - 1) * 100:+.1f}%, {(self.ci_high - 1) * 100:+.1f}%]"
+
+
+def verdicts_json(verdicts: Sequence[Verdict]) -> str:
+    """The ``--perf-gate-json`` and ``perfsuite compare --json`` file: one object per verdict."""
+    return json.dumps([asdict(v) for v in verdicts], indent=1)
 
 
 def guard_blocks(comp: Comparison) -> bool:

@@ -58,7 +58,7 @@ def estimate(test: str, policy: Policy, baseline: Sequence[Mapping[str, Any]],
         why = "; ".join(diffs)
         return Comparison(test, policy, None, (), (), f"not compared: measured differently ({why}); record "
                           "baselines with this profile and options (--perf-update-baselines)", incomparable=why)
-    base, left_out = _finite_runs(list(base)[-config.baseline_runs:], policy.metric)
+    base, left_out = _finite_runs(config.newest(list(base)), policy.metric)
     comp = _estimate(test, policy, base, currents, config)
     return dataclasses.replace(comp, note="; ".join(x for x in (*left_out, comp.note) if x)) if left_out else comp
 

@@ -72,6 +72,10 @@ class GateConfig:
     overrides: tuple[Override, ...] = ()
     confirm: confirm_config.ConfirmConfig = field(default_factory=confirm_config.ConfirmConfig)  # the A/B of a screen
 
+    def newest(self, runs: list[Any]) -> list[Any]:
+        """The newest ``baseline_runs`` of ``runs`` (oldest first): the baseline the gate compares against."""
+        return runs[-self.baseline_runs:]
+
     def policies_for(self, cell_id: str, test_name: str) -> list[Policy]:
         """The policies of one benchmark, overrides applied in file order (a later match wins)."""
         out = []

@@ -143,7 +143,7 @@ class GateSession:
         lines.append(f"per-test decisions: Bonferroni, alpha={self.config.alpha:g} over {len(self.family)} gated "
                      f"test(s) that ran with a comparable baseline; p(Holm) is informational; baseline: newest "
                      f"{self.config.baseline_runs} comparable run(s) of {len(self.runs)}")
-        span = baseline_span_s(self.runs[-self.config.baseline_runs:])
+        span = baseline_span_s(self.config.newest(self.runs))
         if span is not None and span < 3600 and not self.config.min_run_cv:
             lines.append(f"the baseline runs were recorded within {span / 60:.0f} min: their spread cannot show this "
                          "machine's drift over hours; record them over time (e.g. one per nightly) or set "
@@ -158,9 +158,3 @@ class GateSession:
             settled = {v.test for v in self.verdicts} - open_
         return lines + [f"inconclusive {values.short_name(node)}: settle it with: {hint}"
                         for node, hint in self.hints.items() if node not in settled]
-
-
-def make_session(raw: Mapping[str, Any] | GateConfig | None, baseline_runs: Sequence[Mapping[str, Any]]
-                 ) -> GateSession:
-    """``raw`` is ``[tool.perfsuite.gate]`` as a mapping (PerfConfig.gate); raises PolicyError when invalid."""
-    return GateSession(baseline_runs, raw)

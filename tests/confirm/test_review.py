@@ -145,10 +145,10 @@ def test_the_end_of_run_table_shows_what_was_decided() -> None:
 def test_a_settled_screen_prints_no_hint_to_settle_it() -> None:
     """The screen's "settle it with: perfsuite ab ..." hint is left out for a test whose metrics the confirmation
     decided, and kept for one it left undecided."""
-    from perfsuite.verdict.screen import make_session
+    from perfsuite.verdict.screen import GateSession
 
     other = "tests/perf/test_latency.py::test_ttft[c]"
-    gs = make_session(None, [])
+    gs = GateSession([], None)
     gs.verdicts = [verdict("inconclusive"), Verdict(other, "median_ttft_ms", "inconclusive", 1.1, 0.8, 1.5, 0.5, 0.03,
                                                     "lower_is_better", 0.01, 0.2, "runs", 10, 1)]
     gs.hints = {NODE: "perfsuite ab --cells c", other: "perfsuite ab --cells c"}

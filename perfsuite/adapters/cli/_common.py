@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.facts import config as cfg
-from perfsuite.facts.errors import UsageError
+from perfsuite.facts.errors import UsageError, reraise_as
 from perfsuite.facts.schema import parse_duration as parse_duration  # re-exported: the commands' one duration parser
 
 
@@ -23,13 +23,9 @@ def add_command(sub: Any, name: str, help_: str, doc: str | None,
     return p
 
 
-@contextlib.contextmanager
-def usage_errors(*errors: type[Exception]) -> Iterator[None]:
+def usage_errors(*errors: type[Exception]) -> contextlib.AbstractContextManager[None]:
     """Re-raise another module's ``errors`` (bad input: a config, a policy, an option value) as a UsageError."""
-    try:
-        yield
-    except errors as exc:
-        raise UsageError(str(exc)) from None
+    return reraise_as(UsageError, *errors)
 
 
 def project_root() -> Path:

@@ -179,7 +179,7 @@ def _measure(args: argparse.Namespace, sides: dict[str, Any], config: Any, budge
     def stop(ms: list[abloop.Member]) -> str | None:
         if any(m.kind == "regression" for m in ms):
             return "regression"
-        return "decided" if all(m.kind != "open" for m in ms) else None
+        return abloop.all_decided(ms)
 
     try:
         res = twotree.ab(sides, plans, facts, config, budget_s=budget, decide=decide, stop=stop,

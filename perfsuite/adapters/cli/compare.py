@@ -8,9 +8,7 @@ BASE and CURRENT are each a pytest-benchmark JSON file written by perfsuite or a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from perfsuite.adapters.cli._common import add_command, check_locations, usage_e
 from perfsuite.facts.errors import UsageError
 from perfsuite.orchestrate import load
 from perfsuite.verdict import report, values
+from perfsuite.verdict.decide import verdicts_json
 from perfsuite.verdict.policy import PolicyError, load_config
 from perfsuite.verdict.runs import compare_runs, unmatched
 from perfsuite.verdict.stats import holm_adjusted
@@ -59,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
     if missing:
         print(f"not gated (no baseline): {', '.join(values.short_name(m) for m in missing)}")
     if args.json:
-        args.json.write_text(json.dumps([asdict(v) for v in verdicts], indent=1))
+        args.json.write_text(verdicts_json(verdicts))
     failed = [v for v in verdicts if v.failed]
     if failed:
         print(f"perfsuite compare: {len(failed)} regression(s):", file=sys.stderr)

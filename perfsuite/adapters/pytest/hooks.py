@@ -5,8 +5,6 @@ this module)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import os
 import tempfile
 import warnings
@@ -18,6 +16,7 @@ import pytest
 
 from perfsuite.adapters.pytest import options, pbcompat
 from perfsuite.facts import config as cfg
+from perfsuite.facts.errors import reraise_as
 from perfsuite.machine import runner_class
 from perfsuite.orchestrate import baselines
 from perfsuite.orchestrate.session import PerfSession
@@ -38,7 +37,8 @@ def configure(config: pytest.Config) -> None:
     from perfsuite.verdict.policy import PolicyError, parse_config
 
     pyproject = cfg.find_pyproject(config.rootpath)
-    try:
+    with reraise_as(Refused, cfg.ConfigError, PolicyError, RuntimeError, ValueError, preflight.PreflightError,
+                    kernel_probes.ProbeError):
         conf = cfg.load(pyproject, config.rootpath)
         device = options.opt(config, "device", "cpu")
         override = options.opt(config, "runner_class", None)
@@ -56,9 +56,6 @@ def configure(config: pytest.Config) -> None:
                                backends=options.opt(config, "backend", None), models=options.opt(config, "model", None),
                                runner_class=override or rc, update_baselines=options.flag(config, "update_baselines"),
                                workers=options.opt(config, "workers", None))
-    except (cfg.ConfigError, PolicyError, RuntimeError, ValueError, preflight.PreflightError,
-            kernel_probes.ProbeError) as exc:
-        raise Refused(str(exc)) from None
     facts["detected_runner_class"] = rc
     session = PerfSession(settings, facts, gate_config=gate_config,
                           fail_on_inconclusive=options.flag(config, "fail_on_inconclusive"))
@@ -101,13 +98,12 @@ def configure_benchmark_storage(config: pytest.Config, session: PerfSession, exp
                           "passing run), not --benchmark-save/--benchmark-autosave")
     compare = opt.benchmark_compare
     if compare and ours:
-        try:  # a corrupt or foreign file must be an error, not silently skipped by pytest-benchmark
+        # a corrupt or foreign file must be an error, not silently skipped by pytest-benchmark
+        with reraise_as(Refused, baselines.BaselineError):
             runs = baselines.read_runs(session.baseline_dir, session.runner_class)
             if isinstance(compare, str) and runs:  # NNNN: pytest-benchmark's table uses that run, so does the gate
                 runs, note = baselines.compared_runs(runs, compare, session.runner_class)
                 session.notes.append(note)
-        except baselines.BaselineError as exc:
-            raise Refused(str(exc)) from None
         old = baselines.legacy_folder(session.settings.config.baselines_dir, session.runner_class, session.facts)
         if not runs and old is not None:
             raise Refused(f"no baseline for runner class {session.runner_class!r}: "
@@ -116,9 +112,9 @@ def configure_benchmark_storage(config: pytest.Config, session: PerfSession, exp
             present = ", ".join(sorted(p.name for p in session.settings.config.baselines_dir.glob("*") if p.is_dir()))
             raise Refused(f"no baseline for runner class {session.runner_class!r} in {session.baseline_dir}; record "
                           f"one with `pytest --perf-update-baselines` (classes present: {present or 'none'})")
-        from perfsuite.verdict.screen import make_session
+        from perfsuite.verdict.screen import GateSession
 
-        session.gate = make_session(session.gate_config, runs)
+        session.gate = GateSession(runs, session.gate_config)
         session.confirm = options.confirmation(config, session)
     # pytest-benchmark keys storage by platform; we key it by runner class. Its session reads the compare option
     # while it is constructed, so hold it back and load the comparison once the machine id is ours.
@@ -204,18 +200,15 @@ def measure(request: pytest.FixtureRequest, session: PerfSession) -> dict[str, A
     def progress(n: int, total: int, cell_id: str, pr: Any) -> None:
         say(f"perfsuite: process {n}/{total} {cell_id} #{pr.index}: {planning.describe_process(pr)}")
 
-    try:  # the workers materialise models there: a bad cache is one line now, not a traceback in a worker
+    # the workers materialise models there: a bad cache is one line now, not a traceback in a worker
+    with reraise_as(Refused, preflight.PreflightError):
         precheck.check_locations([(*precheck.cache_location(session.settings.config.cache_dir), "folder")])
         # one run measures at a time (a recording run already holds the lock): wait for another, then check the load
         shared = (preflight.SuiteLock(exclusive=False, measuring=not once).acquire(
             wait_s=preflight.lock_wait_s(), say=say) if session.lock is None else None)
-    except preflight.PreflightError as exc:
-        raise Refused(str(exc)) from None
     try:
-        try:
+        with reraise_as(Refused, preflight.PreflightError):
             check_machine(session, say)
-        except preflight.PreflightError as exc:
-            raise Refused(str(exc)) from None
         say(f"\nperfsuite: measuring {len(plan.cells)} cell(s) in {total_w} worker process(es), random order"
             + (" (pytest-benchmark disabled: each workload runs once, nothing is timed)" if once else ""))
         if plan.cells and not once:
@@ -275,8 +268,9 @@ def enforce(outcome: GateOutcome) -> None:
 def terminal_summary(terminalreporter: Any, config: pytest.Config, session: PerfSession) -> None:
     """The gate's table (and the confirmation's lines), the ``--perf-gate-json`` file, the session's notes."""
     if session.gate is not None and config.getoption("perf_gate_json"):
-        Path(config.getoption("perf_gate_json")).write_text(json.dumps(
-            [dataclasses.asdict(v) for v in session.gate.verdicts], indent=1))
+        from perfsuite.verdict.decide import verdicts_json
+
+        Path(config.getoption("perf_gate_json")).write_text(verdicts_json(session.gate.verdicts))
     if session.gate is not None:
         conf = session.confirm
         lines = (session.gate.summary_table(conf.decisions(session.gate.verdicts) if conf is not None else None)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.facts import TREE
+from perfsuite.facts.errors import reraise_as
 from perfsuite.machine.external import CANNOT_RUN, NOT_FOUND, TIMED_OUT, ToolResult, kill_group, run_tool
 from perfsuite.measure.worker import layout
 from perfsuite.measure.worker.job import PROTOCOL, ProcessResult
@@ -184,10 +185,8 @@ class Pool:
         job_path.write_text(json.dumps(job))
         run = Running(self, job, out, log, timeout_s, time.perf_counter())
         if fork:
-            try:
+            with reraise_as(SideError, ZygoteError):
                 run.pid = self.zygote.fork(job_path, out, log, self.side.tree)
-            except ZygoteError as exc:
-                raise SideError(str(exc)) from None
         else:
             with open(log, "a") as fh:
                 run.proc = subprocess.Popen(self.side.argv("perfsuite.measure.worker", "run", str(job_path), str(out)),
@@ -237,10 +236,8 @@ class Running:
     def _wait(self, timeout_s: float) -> int | None:
         """The exit status, or None if the process did not end within ``timeout_s``."""
         if self.proc is None:
-            try:
+            with reraise_as(SideError, ZygoteError):
                 return self.pool.zygote.exit_status(self.pid, timeout_s)
-            except ZygoteError as exc:
-                raise SideError(str(exc)) from None
         with contextlib.suppress(subprocess.TimeoutExpired):
             return self.proc.wait(timeout=timeout_s)
         return None

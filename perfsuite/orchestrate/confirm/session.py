@@ -101,7 +101,7 @@ class Confirmation:
 
     def run(self, ps: Any, items: Sequence[Any], results: Mapping[str, Any], say: Callable[[str], None],
             rootpath: Path) -> None:
-        runs = ps.gate.runs[-ps.gate.config.baseline_runs:]
+        runs = ps.gate.config.newest(ps.gate.runs)
         self.probe = ([self.machine_note] if self.machine_note else []) + machine.probe_lines(ps.peaks, runs)
         libs = machine.version_diffs(ps.facts, runs)
         if libs:  # what changed besides the code: every verdict of this session says so
@@ -159,7 +159,7 @@ class Confirmation:
 
         t0 = time.monotonic()  # the budget covers the whole confirmation: checkout, probes and pairs
         gate = ps.gate
-        runs = gate.runs[-gate.config.baseline_runs:]
+        runs = gate.config.newest(gate.runs)
         sha = baseline_commit(runs)
         top = toplevel(rootpath)
         src = TREE
@@ -227,7 +227,7 @@ class Confirmation:
 
             try:
                 res = twotree.ab(sides, plans, facts, gate.config, budget_s=budget - TEARDOWN_S, decide=decide,
-                                 stop=lambda ms: "decided" if all(m.kind != "open" for m in ms) else None,
+                                 stop=abloop.all_decided,
                                  workdir=wt.parent, members=mems, metrics=metrics,
                                  say=lambda line: say(f"perfsuite confirm: {line}"), progress=progress, started=t0)
             except (UsageError, pool.SideError) as exc:
@@ -363,7 +363,7 @@ def start(ps: Any, *, confirm_inconclusive: bool, python: str | None, allow_fore
         from perfsuite.machine import doctor
 
         here = machine.machine_of(doctor.machine_facts(ps.settings.device))
-        conf.machine_note = machine.machine_differs(here, ps.gate.runs[-ps.gate.config.baseline_runs:])
+        conf.machine_note = machine.machine_differs(here, ps.gate.config.newest(ps.gate.runs))
     except Exception:
         conf.machine_note = None
     forced = ps.runner_class != ps.facts.get("detected_runner_class")

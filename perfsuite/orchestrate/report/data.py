@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite.facts.errors import UsageError
+from perfsuite.facts.errors import UsageError, reraise_as
 from perfsuite.facts.vocabulary import DECODE_THROUGHPUT, OUTPUT_THROUGHPUT, num_cell, pct
 from perfsuite.orchestrate.history import History, HistoryError, parse_file, query
 from perfsuite.orchestrate.history.ingest import Parsed, Result
@@ -163,10 +163,8 @@ def collect(db: History | None, *, runs: list[Path], ab: list[Path], ops: Path |
                       str(db.path) if db else None, new_within=new_within)
     parsed: list[Parsed] = []
     for path in runs:
-        try:
+        with reraise_as(UsageError, HistoryError):
             p = parse_file(path)
-        except HistoryError as exc:
-            raise UsageError(str(exc)) from None
         if p.kind != "run":
             raise UsageError(f"{path}: an A/B result, not a benchmark run; pass it with --ab")
         parsed.append(p)
