@@ -17,6 +17,7 @@ import ast
 import os
 import subprocess
 import sys
+import tempfile
 
 _RANK = {"global": 0, "install": 1, ":env:": 2}  # later wins, as in pip
 _LISTS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint",
@@ -58,7 +59,8 @@ def main(argv: list[str]) -> int:
         print('usage: python scripts/uv_install.py ".[extras]"', file=sys.stderr)
         return 2
     args, env = uv_command(argv[0], pip_settings())
-    return subprocess.run(args, env=env).returncode
+    with tempfile.TemporaryDirectory(prefix="perfsuite-uv-") as tmp:  # uv leaves a build lock file in the temp folder
+        return subprocess.run(args, env={**env, "TMPDIR": tmp}).returncode
 
 
 if __name__ == "__main__":
