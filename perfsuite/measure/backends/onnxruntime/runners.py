@@ -63,10 +63,11 @@ class _Runner:
         self.inputs = [i.name for i in sess.get_inputs()]
         self.outputs = [o.name for o in sess.get_outputs()]
         self.shapes = ShapeLog()
+        self._feeds_past = True  # False where bound buffers hold the past: it stays out of the timed step's feeds
 
     def _step(self, sess: Any, name: str, ids: np.ndarray, past_len: int, past: list[Any], step: int,
               capacity: int | None = None) -> tuple[list[int], State]:
-        feeds = decoder_io.step_feeds(self.inputs, ids, past_len, past, capacity)
+        feeds = decoder_io.step_feeds(self.inputs, ids, past_len, past if self._feeds_past else [], capacity)
         self.shapes.note(name, ids.shape, feeds["attention_mask"].shape, _shape(past[0]))
         nxt, present = self._run(sess, name, feeds, step)
         return _tokens(nxt), State(present, past_len + ids.shape[1], np.asarray(nxt, dtype=np.int64), step)
@@ -129,6 +130,7 @@ class StaticRunner(_Runner):
         self.batch, self.prompt, self.capacity, self.graph = batch, prompt, capacity, graph
         self._zero_past = decoder_io.empty_past(meta, batch, capacity)
         self._bound: _BoundBuffers | None = _BoundBuffers(self) if cfg.io_binding else None
+        self._feeds_past = self._bound is None
 
     def prefill(self, ids: np.ndarray) -> tuple[list[int], State]:
         self.shapes.new_generation()
